@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import xxhash
+
+from nvllm.engine.sequence import Sequence
+
+
+def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
+    """xxhash64 of a full block, chained over its parent so equal blocks under different prefixes differ."""
+    hasher = xxhash.xxh64(parent_hash.to_bytes(8, "little"))
+    hasher.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    return hasher.intdigest()
+
+
+class Block:
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None  # set once the block is full of computed KV
+        self.token_ids: tuple[int, ...] = ()
+
+
+class BlockManager:
+    """Paged KV-cache bookkeeping: ref-counted blocks, an LRU free list, and the prefix cache.
+
+    A block whose ref count drops to zero keeps its hash and contents until it is reused, so a later request
+    with the same prefix can take it back (a prefix-cache hit) instead of recomputing it.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.hash_to_block_id: dict[int, int] = {}
+        self.num_queried_tokens = 0  # prompt tokens looked up in the prefix cache
+        self.num_hit_tokens = 0  # of those, tokens found there
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.num_hit_tokens / self.num_queried_tokens if self.num_queried_tokens else 0.0
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        hashes, parent = [], 0
+        for i in range(num_blocks):
+            parent = chain_hash(parent, seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            hashes.append(parent)
+        return hashes
+
+    def _cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding this sequence's leading full blocks. At least one token is always left to
+        compute, since the step that computes it is the one that yields the next token's logits."""
+        if not self.enable_prefix_caching:
+            return []
+        hits = []
+        num_full_blocks = (len(seq) - 1) // self.block_size
+        for i, block_hash in enumerate(self._block_hashes(seq, num_full_blocks)):
+            block_id = self.hash_to_block_id.get(block_hash)
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            if block_id is None or self.blocks[block_id].token_ids != tokens:
+                break
+            hits.append(block_id)
+        return hits
+
+    def can_allocate(self, seq: Sequence) -> bool:
+        hits = self._cached_prefix(seq)
+        hits_in_use = sum(1 for block_id in hits if self.blocks[block_id].ref_count > 0)
+        return self.blocks_for(len(seq)) - hits_in_use <= self.num_free_blocks
+
+    def allocate(self, seq: Sequence) -> None:
+        """Blocks for all of `seq`'s tokens: cached prefix blocks shared, the rest fresh."""
+        assert not seq.block_table, "sequence already holds blocks"
+        hits = self._cached_prefix(seq)
+        for block_id in hits:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free_block_ids[block_id]
+            block.ref_count += 1
+        seq.block_table = list(hits)
+        seq.num_computed_tokens = seq.num_cached_tokens = len(hits) * self.block_size
+        seq.num_registered_blocks = len(hits)
+        self.num_queried_tokens += len(seq)
+        self.num_hit_tokens += seq.num_cached_tokens
+        self._grow(seq, self.blocks_for(len(seq)))
+
+    def can_append(self, seq: Sequence) -> bool:
+        return self.blocks_for(len(seq)) - len(seq.block_table) <= self.num_free_blocks
+
+    def append_slot(self, seq: Sequence) -> None:
+        """Room for the KV of the sequence's newest token."""
+        self._grow(seq, self.blocks_for(len(seq)))
+
+    def _grow(self, seq: Sequence, num_blocks: int) -> None:
+        while len(seq.block_table) < num_blocks:
+            block_id, _ = self.free_block_ids.popitem(last=False)  # least recently freed first
+            block = self.blocks[block_id]
+            if block.hash is not None and self.hash_to_block_id.get(block.hash) == block_id:
+                del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten
+            block.hash, block.token_ids, block.ref_count = None, (), 1
+            seq.block_table.append(block_id)
+
+    def register_computed_blocks(self, seq: Sequence) -> None:
+        """Publish blocks that just became full of computed KV, so later requests can hit them."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = min(seq.num_computed_tokens, len(seq)) // self.block_size
+        for i in range(seq.num_registered_blocks, num_full):
+            parent = self.blocks[seq.block_table[i - 1]].hash if i else 0
+            block = self.blocks[seq.block_table[i]]
+            tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
+            block.hash = chain_hash(parent, tokens)
+            block.token_ids = tuple(tokens)
+            self.hash_to_block_id.setdefault(block.hash, block.block_id)
+        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+
+    def free(self, seq: Sequence) -> None:
+        # The tail is released first, so it is reused first and shared prefixes live longest.
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_block_ids[block_id] = None
+        seq.block_table = []
+        seq.num_registered_blocks = 0

@@ -1,0 +1,171 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence as SequenceLike
+
+from tqdm.auto import tqdm
+
+from nvllm.config import EngineConfig
+from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.model_runner import ModelRunner
+from nvllm.engine.scheduler import Scheduler
+from nvllm.engine.sequence import Sequence
+from nvllm.sampling_params import SamplingParams
+from nvllm.tokenizer import load_tokenizer
+
+Prompt = str | list[int]
+
+
+class LLMEngine:
+    """Continuous batching: requests in, one scheduled batch per `step()`, finished sequences out."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        start = time.perf_counter()
+        self.tokenizer = load_tokenizer(config.model.path)
+        self.model_runner = self._make_model_runner()
+        self.block_manager = BlockManager(
+            self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
+        self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
+        self.num_prefill_tokens = self.num_decode_tokens = 0
+        self.prefill_seconds = self.decode_seconds = 0.0
+
+    def _make_model_runner(self):
+        if self.config.parallel.tensor_parallel_size > 1:
+            from nvllm.engine.tensor_parallel import TensorParallelRunner
+
+            return TensorParallelRunner(self.config)
+        return ModelRunner(self.config)
+
+    # ---- requests -----------------------------------------------------------------------------------
+    def _tokenize(self, prompt: Prompt) -> list[int]:
+        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+
+    def validate(self, token_ids: list[int], params: SamplingParams) -> None:
+        """Reject a request the engine could never serve, before it changes any state."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"expected SamplingParams, got {type(params).__name__}")
+        if not token_ids:
+            raise ValueError("empty prompt: a request needs at least one token")
+        vocab_size = self.config.model.vocab_size
+        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab_size})")
+        max_model_len = self.config.scheduler.max_model_len
+        if len(token_ids) > max_model_len:
+            raise ValueError(f"prompt of {len(token_ids)} tokens is longer than max_model_len={max_model_len}")
+        longest = min(len(token_ids) + params.max_tokens, max_model_len)
+        if self.block_manager.blocks_for(longest) > self.block_manager.num_blocks:
+            raise ValueError(
+                f"a request of up to {longest} tokens needs {self.block_manager.blocks_for(longest)} KV blocks "
+                f"but the cache has {self.block_manager.num_blocks}: raise cache.num_blocks or the memory budget"
+            )
+
+    def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
+        token_ids = self._tokenize(prompt)
+        self.validate(token_ids, sampling_params)
+        seq = Sequence(token_ids, sampling_params)
+        self.scheduler.add(seq)
+        return seq
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def step(self) -> list[Sequence]:
+        """Schedule, run the model, sample, and return the sequences that finished in this step."""
+        start = time.perf_counter()
+        batch = self.scheduler.schedule()
+        if not batch.seqs:
+            raise RuntimeError("scheduler found nothing to run although requests are pending")
+        token_ids = self.model_runner.run(batch)
+        finished = self.scheduler.postprocess(batch, token_ids)
+        elapsed = time.perf_counter() - start
+        if batch.is_prefill:
+            self.num_prefill_tokens += batch.num_tokens
+            self.prefill_seconds += elapsed
+        else:
+            self.num_decode_tokens += batch.num_tokens
+            self.decode_seconds += elapsed
+        return finished
+
+    def is_finished(self) -> bool:
+        return self.scheduler.is_finished()
+
+    def abort_all(self) -> None:
+        """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""
+        for seq in list(self.scheduler.running):
+            self.block_manager.free(seq)
+        self.scheduler.running.clear()
+        self.scheduler.waiting.clear()
+
+    def generate(
+        self,
+        prompts: SequenceLike[Prompt],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams],
+        use_tqdm: bool = True,
+    ) -> list[dict]:
+        """Generate for every prompt; one `{"text", "token_ids"}` per prompt, in input order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            raise ValueError("prompts must be a list of strings or a list of token-id lists")
+        if not isinstance(sampling_params, SamplingParams):
+            sampling_params = list(sampling_params)
+            if len(sampling_params) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
+        else:
+            sampling_params = [sampling_params] * len(prompts)
+        requests = [(self._tokenize(p), sp) for p, sp in zip(prompts, sampling_params)]
+        for token_ids, params in requests:  # all checked before any is queued
+            self.validate(token_ids, params)
+        seqs = [self.add_request(token_ids, params) for token_ids, params in requests]
+        try:
+            self._run_until_done(len(seqs), use_tqdm)
+        finally:
+            self.abort_all()
+        return [
+            {"text": self.tokenizer.decode(seq.completion_token_ids), "token_ids": seq.completion_token_ids}
+            for seq in seqs
+        ]
+
+    def _run_until_done(self, num_requests: int, use_tqdm: bool) -> None:
+        progress = tqdm(total=num_requests, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
+        prefill_tokens, prefill_s = self.num_prefill_tokens, self.prefill_seconds
+        decode_tokens, decode_s = self.num_decode_tokens, self.decode_seconds
+        with progress:
+            while not self.is_finished():
+                finished = self.step()
+                progress.update(len(finished))
+                progress.set_postfix(
+                    prefill=f"{(self.num_prefill_tokens - prefill_tokens) / max(self.prefill_seconds - prefill_s, 1e-9):.0f}tok/s",
+                    decode=f"{(self.num_decode_tokens - decode_tokens) / max(self.decode_seconds - decode_s, 1e-9):.0f}tok/s",
+                    refresh=False,
+                )
+
+    def stats(self) -> dict:
+        return {
+            "num_kv_blocks": self.block_manager.num_blocks,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
+            "prefill_tokens": self.num_prefill_tokens,
+            "decode_tokens": self.num_decode_tokens,
+            "prefill_tok_per_s": self.num_prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0,
+            "decode_tok_per_s": self.num_decode_tokens / self.decode_seconds if self.decode_seconds else 0.0,
+            **self.startup_timings,
+        }
+
+    def shutdown(self) -> None:
+        if getattr(self, "model_runner", None) is not None:
+            self.abort_all()
+            self.model_runner.shutdown()
+            self.model_runner = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def __del__(self):
+        try:
+            self.shutdown()
+        except Exception:
+            pass

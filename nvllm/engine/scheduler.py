@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from nvllm.config import SchedulerConfig
+from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledBatch:
+    """What one step computes: for each sequence, its next `num_new_tokens` uncomputed tokens."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    is_prefill: bool = True
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+    def add(self, seq: Sequence, num_new_tokens: int) -> None:
+        self.seqs.append(seq)
+        self.num_new_tokens.append(num_new_tokens)
+
+
+class Scheduler:
+    """FCFS continuous batching: prefill (chunked when it exceeds the token budget) before decode,
+    and preemption by recompute of the newest running sequence when the KV cache runs out."""
+
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_id: int):
+        self.config = config
+        self.block_manager = block_manager
+        self.eos_token_id = eos_token_id
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order: the newest is preempted first
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def schedule(self) -> ScheduledBatch:
+        batch = self._schedule_prefill()
+        return batch if batch.seqs else self._schedule_decode()
+
+    def _schedule_prefill(self) -> ScheduledBatch:
+        batch, budget = ScheduledBatch(is_prefill=True), self.config.max_num_batched_tokens
+        for seq in self.running:  # prompts chunked in an earlier step go on first
+            if seq.num_uncomputed_tokens > 1 and budget > 0:
+                num_tokens = min(seq.num_uncomputed_tokens, budget)
+                batch.add(seq, num_tokens)
+                budget -= num_tokens
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.config.chunked_prefill and batch.seqs and len(seq) > budget:
+                break
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.block_manager.allocate(seq)
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            batch.add(seq, num_tokens)
+            budget -= num_tokens
+        return batch
+
+    def _schedule_decode(self) -> ScheduledBatch:
+        batch = ScheduledBatch(is_prefill=False)
+        for seq in list(self.running):  # oldest first: they hold the most work
+            if len(batch.seqs) == self.config.max_num_batched_tokens:
+                break
+            if seq.status != SequenceStatus.RUNNING:
+                continue  # preempted in this loop to make room for an older one
+            while not self.block_manager.can_append(seq):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status == SequenceStatus.RUNNING:
+                self.block_manager.append_slot(seq)
+                batch.add(seq, 1)
+        return batch
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[int]) -> list[Sequence]:
+        """Account the computed tokens, append one sampled token to each sequence that finished its
+        uncomputed tokens (in batch order), and retire finished sequences. Returns the finished ones."""
+        finished, sampled = [], iter(sampled_token_ids)
+        for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
+            seq.num_computed_tokens += num_tokens
+            self.block_manager.register_computed_blocks(seq)
+            if seq.num_uncomputed_tokens:
+                continue  # a chunk of a longer prompt: nothing sampled yet
+            token_id = next(sampled)
+            seq.token_ids.append(token_id)
+            params = seq.sampling_params
+            if (
+                (not params.ignore_eos and token_id == self.eos_token_id)
+                or seq.num_completion_tokens >= params.max_tokens
+                or len(seq) >= self.config.max_model_len
+            ):
+                seq.status = SequenceStatus.FINISHED
+                self.block_manager.free(seq)
+                self.running.remove(seq)
+                finished.append(seq)
+        return finished

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import nvllm.ops  # noqa: F401  (registers torch.ops.nvllm.*)
+
+
+@dataclass
+class AttentionMetadata:
+    """Where a step's tokens go in the paged KV cache and what each one attends to (see nvllm::attention)."""
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 for padding
+    cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32
+    seqlens_k: torch.Tensor  # [num_seqs] int32: cached + new tokens of each sequence
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32
+    max_seqlen_q: int
+    max_seqlen_k: int
+
+
+class Attention(nn.Module):
+    """Writes this layer's new K/V into its slice of the paged cache, then attends over the cache.
+
+    The caches are plain attributes set by the model runner once it has sized them: their addresses never
+    change afterwards, which is what CUDA graphs need.
+    """
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        self.backend = "torch"
+        self.k_cache = self.v_cache = torch.empty(0)
+
+    def forward(self, query, key, value, meta: AttentionMetadata) -> torch.Tensor:
+        torch.ops.nvllm.store_kvcache(key, value, self.k_cache, self.v_cache, meta.slot_mapping, self.backend)
+        return torch.ops.nvllm.attention(
+            query,
+            self.k_cache,
+            self.v_cache,
+            meta.cu_seqlens_q,
+            meta.seqlens_k,
+            meta.block_tables,
+            meta.max_seqlen_q,
+            meta.max_seqlen_k,
+            self.scale,
+            self.backend,
+        )

@@ -1,0 +1,89 @@
+"""Linear layers that shard themselves over the tensor-parallel group.
+
+Each parameter carries a `weight_loader(param, full_tensor[, shard_id])` that takes the *unsharded*
+checkpoint tensor and copies in this rank's slice, so checkpoints and seeded random weights go through the
+same code and TP=N holds exactly the slices of the TP=1 weights.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nvllm.distributed import all_reduce, tp_rank, tp_size
+
+
+def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None):
+    """Copy this rank's slice of `full` (split evenly along `dim`) into `param[offset:offset+size]`."""
+    size = param.shape[dim] if size is None else size
+    shard = full.chunk(tp_size(), dim)[tp_rank()]
+    param.data.narrow(dim, offset, size).copy_(shard)
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x Wᵀ with W split by output rows: each rank produces its slice of y."""
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        super().__init__()
+        assert output_size % tp_size() == 0, f"{output_size} outputs do not split over {tp_size()} ranks"
+        self.weight = nn.Parameter(torch.empty(output_size // tp_size(), input_size), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.empty(output_size // tp_size()), requires_grad=False)
+            self.bias.weight_loader = self.weight_loader
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
+        _copy_slice(param, full, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    """Several column-parallel matrices packed into one matmul (gate and up of the MLP)."""
+
+    def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False):
+        self.output_sizes = output_sizes
+        super().__init__(input_size, sum(output_sizes), bias)
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int) -> None:
+        local_sizes = [size // tp_size() for size in self.output_sizes]
+        _copy_slice(param, full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """q, k and v projections in one matmul; each rank owns whole query heads and whole KV heads."""
+
+    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
+        self.local_sizes = {
+            "q": num_heads // tp_size() * head_dim,
+            "k": num_kv_heads // tp_size() * head_dim,
+            "v": num_kv_heads // tp_size() * head_dim,
+        }
+        super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: str) -> None:
+        offset = {"q": 0, "k": self.local_sizes["q"], "v": self.local_sizes["q"] + self.local_sizes["k"]}
+        _copy_slice(param, full, 0, offset[shard_id], self.local_sizes[shard_id])
+
+
+class RowParallelLinear(nn.Module):
+    """y = x Wᵀ with W split by input columns: each rank adds its partial product (an all-reduce)."""
+
+    def __init__(self, input_size: int, output_size: int, bias: bool = False):
+        super().__init__()
+        assert input_size % tp_size() == 0, f"{input_size} inputs do not split over {tp_size()} ranks"
+        self.weight = nn.Parameter(torch.empty(output_size, input_size // tp_size()), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = None
+        if bias:  # added once, after the reduction
+            self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
+        _copy_slice(param, full, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = all_reduce(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y

@@ -1,0 +1,3 @@
+from nvllm.models.registry import MODEL_REGISTRY, model_class
+
+__all__ = ["MODEL_REGISTRY", "model_class"]

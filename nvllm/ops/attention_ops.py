@@ -1,0 +1,94 @@
+"""The paged-attention ops as `torch.library` custom ops.
+
+torch.compile sees each op as one opaque node (its fake implementation gives the output's shape), so the
+whole model traces with `fullgraph=True` while the backend behind the op is free to do anything: loop in
+Python (the torch reference), or call flash-attn. The backend is an op argument (a constant in the graph),
+so one process can run both backends side by side, which is how tests compare them.
+
+KV cache layout, per layer: `[num_blocks, block_size, num_kv_heads, head_dim]` for K and for V.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nvllm.ops import torch_attention
+
+
+def _flash_attention_module():
+    from nvllm.ops import flash_attention  # imports flash_attn: only where that is installed
+
+    return flash_attention
+
+
+def flash_attn_available() -> bool:
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def available_backends() -> list[str]:
+    return ["flash_attn", "torch"] if flash_attn_available() else ["torch"]
+
+
+def resolve_backend(requested: str, device: str) -> str:
+    """`auto` is flash-attn on CUDA when it is importable, else the torch reference."""
+    if requested == "auto":
+        return "flash_attn" if device.startswith("cuda") and flash_attn_available() else "torch"
+    if requested == "flash_attn" and not (device.startswith("cuda") and flash_attn_available()):
+        raise ValueError(f"attention.backend=flash_attn needs CUDA and the flash-attn package (device={device})")
+    return requested
+
+
+def _implementation(backend: str):
+    return torch_attention if backend == "torch" else _flash_attention_module()
+
+
+@torch.library.custom_op("nvllm::store_kvcache", mutates_args=("k_cache", "v_cache"))
+def store_kvcache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    backend: str,
+) -> None:
+    """Write each token's K/V into the cache at `slot_mapping` (block_id * block_size + offset); slot -1 is
+    a padded token and writes nothing."""
+    _implementation(backend).store_kvcache(key, value, k_cache, v_cache, slot_mapping)
+
+
+@store_kvcache.register_fake
+def _(key, value, k_cache, v_cache, slot_mapping, backend):
+    return None
+
+
+@torch.library.custom_op("nvllm::attention", mutates_args=())
+def attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seqlens_k: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    backend: str,
+) -> torch.Tensor:
+    """Causal attention of a flat batch of queries `[num_tokens, num_heads, head_dim]` over the paged cache.
+
+    Sequence i owns queries `cu_seqlens_q[i]:cu_seqlens_q[i+1]`, the last ones of its `seqlens_k[i]` tokens
+    (whose K/V, the new ones included, are already in the cache): a prefill, a chunk after a cached
+    prefix, and a decode step are the same call. `max_seqlen_q == 1` means a pure decode batch.
+    """
+    return _implementation(backend).attention(
+        query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    )
+
+
+@attention.register_fake
+def _(query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale, backend):
+    return torch.empty_like(query)
