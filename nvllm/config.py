@@ -92,12 +92,18 @@ class EngineConfig:
 
 @dataclass
 class WorkloadConfig:
+    """The requests an experiment sends. Lengths are typed ints (so Hydra rejects a wrong type): a
+    length is drawn uniformly from [min_*, *] when min_* is set, else it is exactly *."""
+
     num_seqs: int = 8
-    input_len: Any = 128  # an int, or [min, max] for lengths drawn uniformly
-    output_len: Any = 64
+    input_len: int = 128  # random-token prompts only: text prompts have the length they have
+    min_input_len: Optional[int] = None
+    output_len: int = 64
+    min_output_len: Optional[int] = None
     temperature: float = 0.6
     ignore_eos: bool = True
-    seed: int = 0
+    seed: int = 0  # draws the prompt tokens and the lengths
+    prompts: list[str] = field(default_factory=list)  # text prompts, cycled to num_seqs; empty = random tokens
 
 
 @dataclass
@@ -253,3 +259,60 @@ def validate(config: EngineConfig) -> None:
         problems.append(f"compile.mode={config.compile.mode!r} is not a torch.compile mode")
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))
+
+
+@dataclass
+class RunnerConfig:
+    """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
+
+    _target_: str = "experiments.generate.run"
+
+
+@dataclass
+class RunConfig(EngineConfig):
+    """A composed `python -m nvllm.run` config: the engine's groups plus the workload, wandb and runner."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+
+
+def validate_workload(workload: WorkloadConfig) -> None:
+    """What the schema's types cannot say about a workload, as one clear ValueError."""
+    problems = []
+    if workload.num_seqs < 1:
+        problems.append(f"workload.num_seqs={workload.num_seqs} must be positive")
+    for kind in ("input", "output"):
+        longest, shortest = getattr(workload, f"{kind}_len"), getattr(workload, f"min_{kind}_len")
+        if longest < 1:
+            problems.append(f"workload.{kind}_len={longest} must be positive")
+        if shortest is not None and not 1 <= shortest <= longest:
+            problems.append(f"workload.min_{kind}_len={shortest} must be in [1, workload.{kind}_len={longest}]")
+    if workload.temperature < 0:
+        problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")
+    if problems:
+        raise ValueError("invalid workload: " + "; ".join(problems))
+
+
+GROUP_SCHEMAS = {
+    "model": ModelConfig,
+    "cache": CacheConfig,
+    "scheduler": SchedulerConfig,
+    "parallel": ParallelConfig,
+    "compile": CompileConfig,
+    "attention": AttentionConfig,
+    "workload": WorkloadConfig,
+    "wandb": WandbConfig,
+}
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore: `run_schema` types the whole composed config (a wrong key
+    or type fails at composition, naming it) and `<group>/schema` is what each group's YAML extends.
+    Hydra is imported here, not at module level, so that the Python API never needs it."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="run_schema", node=RunConfig)
+    for group, schema in GROUP_SCHEMAS.items():
+        store.store(group=group, name="schema", node=schema)

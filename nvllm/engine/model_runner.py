@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from nvllm.config import EngineConfig, resolve_device
+from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.layers.attention import Attention, AttentionMetadata
 from nvllm.layers.sampler import Sampler
@@ -48,7 +50,8 @@ def padded(values: list[int], size: int, fill: int) -> list[int]:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, rank: int = 0):
+    def __init__(self, config: EngineConfig, rank: int = 0, tp_store: dist.Store | None = None):
+        """`tp_store`: the rendezvous store of the tensor-parallel group, when tensor_parallel_size > 1."""
         self.config = config
         self.rank = rank
         self.device = resolve_device(config.device)
@@ -56,6 +59,8 @@ class ModelRunner:
             self.device = f"cuda:{rank}"
         if self.device.startswith("cuda"):
             torch.cuda.set_device(self.device)
+        if config.parallel.tensor_parallel_size > 1:
+            init_tensor_parallel(tp_store, rank, config.parallel.tensor_parallel_size, self.device)
         self.dtype = self._resolve_dtype()
         self.block_size = config.cache.block_size
         self.max_blocks_per_seq = -(-config.scheduler.max_model_len // self.block_size)
@@ -115,13 +120,15 @@ class ModelRunner:
             num_blocks = min(self._blocks_fitting_gpu_memory(), useful)
         else:
             num_blocks = min(int(cache.cpu_memory_gib * 2**30) // self._kv_bytes_per_block(), useful)
+        num_blocks = min_over_ranks(num_blocks, self.device)
         if num_blocks < 1:
             raise ValueError(f"no memory left for the KV cache (cache.gpu_memory_utilization={cache.gpu_memory_utilization})")
-        layers = self._attention_layers()
-        shape = (2, len(layers), num_blocks, self.block_size, layers[0].num_kv_heads, layers[0].head_dim)
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        for i, layer in enumerate(layers):
-            layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        # one tensor per layer and per K/V, not views of one big tensor: compiled graphs then see
+        # independent inputs that they mutate in place, with no aliasing between them to untangle
+        for layer in self._attention_layers():
+            shape = (num_blocks, self.block_size, layer.num_kv_heads, layer.head_dim)
+            layer.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            layer.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
         return num_blocks
 
     def _blocks_fitting_gpu_memory(self) -> int:
@@ -187,8 +194,8 @@ class ModelRunner:
             cu_seqlens_q=torch.tensor(cu_seqlens, dtype=torch.int32),
             seqlens_k=torch.tensor(lengths, dtype=torch.int32),
             block_tables=torch.zeros(len(lengths), 2, dtype=torch.int32),
-            max_seqlen_q=max(lengths),
-            max_seqlen_k=max(lengths),
+            max_seqlen_q=max(2, *lengths),
+            max_seqlen_k=max(2, *lengths),
             logits_indices=torch.tensor(padded([int(c) - 1 for c in cu_seqlens[1:] if c > 0], 2, 0)),
             is_prefill=True,
         )
@@ -241,8 +248,8 @@ class ModelRunner:
             cu_seqlens_q=torch.tensor(padded(cu_seqlens, num_seqs + 1, cu_seqlens[-1]), dtype=torch.int32),
             seqlens_k=torch.tensor(padded(seqlens_k, num_seqs, 0), dtype=torch.int32),
             block_tables=torch.tensor(padded(block_tables, num_seqs, [0] * width), dtype=torch.int32),
-            max_seqlen_q=max(batch.num_new_tokens),
-            max_seqlen_k=max(seqlens_k),
+            max_seqlen_q=max(2, *batch.num_new_tokens),  # an upper bound; 1 would mean a decode batch
+            max_seqlen_k=max(2, *seqlens_k),
             logits_indices=torch.tensor(padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64),
             is_prefill=True,
         )
@@ -259,16 +266,16 @@ class ModelRunner:
         positions = [len(seq) - 1 for seq in batch.seqs]
         slots = [seq.block_table[p // self.block_size] * self.block_size + p % self.block_size
                  for seq, p in zip(batch.seqs, positions)]
-        block_tables = torch.zeros(size, self.max_blocks_per_seq, dtype=torch.int32)
+        block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
         for row, seq in enumerate(batch.seqs):
-            block_tables[row, : len(seq.block_table)] = torch.tensor(seq.block_table, dtype=torch.int32)
+            block_tables[row, : len(seq.block_table)] = seq.block_table
         return StepInputs(
             input_ids=torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0), dtype=torch.int64),
             positions=torch.tensor(padded(positions, size, 0), dtype=torch.int64),
             slot_mapping=torch.tensor(padded(slots, size, -1), dtype=torch.int64),
             cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
             seqlens_k=torch.tensor(padded([len(seq) for seq in batch.seqs], size, 0), dtype=torch.int32),
-            block_tables=block_tables,
+            block_tables=torch.from_numpy(block_tables),
             max_seqlen_q=1,
             max_seqlen_k=self.config.scheduler.max_model_len,
             logits_indices=None,
@@ -312,7 +319,8 @@ class ModelRunner:
     def shutdown(self) -> None:
         for layer in self._attention_layers():
             layer.k_cache = layer.v_cache = torch.empty(0)
-        self.kv_cache = None
         self.model = self._prefill_forward = self._decode_forward = None
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
+        if self.config.parallel.tensor_parallel_size > 1:
+            destroy_tensor_parallel()

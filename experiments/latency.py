@@ -1,0 +1,70 @@
+"""Single-stream decode latency: one request stepped through the engine by hand, every step timed.
+
+Time to first token covers the prompt's prefill step(s); each later step yields one token, so its time is
+that token's latency, logged as a series and summarised by percentiles."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from experiments.engine import engine_metrics, report, start_engine
+from experiments.tracking import record, wandb_run
+from experiments.workload import make_requests, workload_config
+from nvllm import LLM
+from nvllm.engine.llm_engine import Prompt
+from nvllm.sampling_params import SamplingParams
+
+PERCENTILES = (50, 90, 99)
+
+
+def step_times(llm: LLM, prompt: Prompt, params: SamplingParams) -> tuple[float, list[float], int]:
+    """Seconds to the first token, seconds of every later step, and the number of tokens generated."""
+    seq = llm.add_request(prompt, params)
+    start = time.perf_counter()
+    first_token_s, token_s = None, []
+    while not llm.is_finished():
+        step_start = time.perf_counter()
+        llm.step()
+        now = time.perf_counter()
+        if first_token_s is not None:
+            token_s.append(now - step_start)
+        elif seq.completion_token_ids:
+            first_token_s = now - start
+    return first_token_s, token_s, len(seq.completion_token_ids)
+
+
+def latency_percentiles_ms(token_s: list[float]) -> dict:
+    """p50/p90/p99 of the per-token latencies; None when only the first token was generated."""
+    values = np.percentile(np.array(token_s) * 1e3, PERCENTILES) if token_s else [None] * len(PERCENTILES)
+    return {f"token_latency_p{p}_ms": None if ms is None else float(ms) for p, ms in zip(PERCENTILES, values)}
+
+
+def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
+    workload = workload_config(cfg)
+    if workload.num_seqs != 1:
+        raise ValueError(f"workload.num_seqs={workload.num_seqs}: the latency experiment runs a single stream")
+    with wandb_run(cfg, output_dir, name, job_type="latency") as wandb_job, start_engine(cfg) as llm:
+        prompts, params = make_requests(workload, len(llm.tokenizer))
+        start = time.perf_counter()
+        first_token_s, token_s, output_tokens = step_times(llm, prompts[0], params[0])
+        wall_s = time.perf_counter() - start
+        for seconds in token_s:
+            wandb_job.log({"token_latency_ms": seconds * 1e3})
+        metrics = {
+            "output_tokens": output_tokens,
+            "wall_s": wall_s,
+            "output_tok_per_s": output_tokens / wall_s,
+            "time_to_first_token_ms": first_token_s * 1e3,
+            **latency_percentiles_ms(token_s),
+            **engine_metrics(llm),
+        }
+        record(wandb_job, cfg, output_dir, name, metrics)
+    print(report(metrics))
+    latencies = [f"p{p} {metrics[f'token_latency_p{p}_ms']:.2f} ms" for p in PERCENTILES if token_s]
+    print(f"Time to first token: {metrics['time_to_first_token_ms']:.1f} ms; per-token latency: "
+          + (", ".join(latencies) or "n/a (a single token)"))
+    return metrics

@@ -1,0 +1,236 @@
+"""Tensor parallelism over processes: rank 0 is the caller's process (it schedules and samples); ranks
+1..N-1 are spawned workers, each with its own model shard and KV cache, that run every step rank 0 runs.
+
+Rank 0 builds a step's inputs once and broadcasts them through shared memory (`ShmBroadcast`); the model's
+collectives (torch.distributed: NCCL on CUDA, gloo on the CPU) keep the ranks in lockstep. A worker that
+raises leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for
+the workers, or when its own collective fails, and raises an error that names the worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+import weakref
+from multiprocessing.connection import wait as wait_for_exit
+from typing import Any
+
+import numpy as np
+import torch
+
+from nvllm.config import EngineConfig
+from nvllm.distributed import destroy_tensor_parallel, tcp_store
+from nvllm.engine.model_runner import ModelRunner, StepInputs
+from nvllm.engine.shm_channel import ShmBroadcast, ShmReader
+
+SHUTDOWN = "shutdown"
+JOIN_TIMEOUT_S = 10.0
+EXIT_GRACE_S = 5.0  # after rank 0's collective fails, how long a dying worker gets to be seen dead
+
+
+def message_capacity(config: EngineConfig) -> int:
+    """Bytes for the largest step the scheduler config allows: int32 token arrays (ids, positions, slots,
+    logits indices), per-sequence lengths and full block tables, plus room for pickling."""
+    scheduler = config.scheduler
+    tokens = max(scheduler.max_num_batched_tokens, scheduler.max_num_seqs, 2)
+    seqs = max(scheduler.max_num_seqs, 2)
+    blocks_per_seq = -(-scheduler.max_model_len // config.cache.block_size)
+    return 4 * (4 * tokens + 2 * seqs + 1 + seqs * blocks_per_seq) + 64 * 1024
+
+
+def pack_inputs(inputs: StepInputs, block_size: int) -> dict[str, Any]:
+    """A step's inputs as small numpy payloads: int32 (token ids, positions and KV slots all fit), and
+    block tables cut to the columns that attention reads (decode pads them to `max_model_len`)."""
+    fields = {}
+    for field in dataclasses.fields(inputs):
+        value = getattr(inputs, field.name)
+        is_tensor = isinstance(value, torch.Tensor)
+        fields[field.name] = (value.numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
+    used_blocks = -(-int(inputs.seqlens_k.max()) // block_size)
+    block_tables, dtype = fields["block_tables"]
+    fields["block_tables"] = (block_tables[:, :used_blocks], dtype, block_tables.shape[1])
+    return fields
+
+
+def unpack_inputs(fields: dict[str, Any]) -> StepInputs:
+    used, dtype, width = fields["block_tables"]
+    block_tables = np.zeros((used.shape[0], width), dtype=np.int32)  # columns past a sequence are never read
+    block_tables[:, : used.shape[1]] = used
+    fields = {**fields, "block_tables": (block_tables, dtype)}
+    return StepInputs(**{
+        name: torch.from_numpy(value[0]).to(getattr(torch, value[1].removeprefix("torch.")))
+        if isinstance(value, tuple) else value
+        for name, value in fields.items()
+    })
+
+
+def _worker_main(config: EngineConfig, rank: int, store_port: int, reader: ShmReader, num_threads: int):
+    """A worker rank's process. A failure is reported through shared memory, and the process exits right
+    after its cleanup: the interpreter's teardown takes seconds with torch loaded, and rank 0 waits for it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it then stops the workers
+    torch.set_num_threads(num_threads)  # on the CPU, a thread budget the caller set holds for every rank
+    reader.open()
+    exit_code = 0
+    try:
+        _serve(config, rank, store_port, reader)
+    except BaseException:
+        exit_code = 1
+        error = traceback.format_exc()
+        reader.report_error(error)
+        print(f"tensor-parallel worker rank {rank} failed:\n{error}", file=sys.stderr)
+    finally:
+        reader.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+
+def _serve(config: EngineConfig, rank: int, store_port: int, reader: ShmReader) -> None:
+    """Build this rank's shard, then run every step rank 0 broadcasts, until told to stop."""
+    parent = multiprocessing.parent_process()
+
+    def check_parent() -> None:
+        if not parent.is_alive():
+            raise SystemExit(f"tensor-parallel worker rank {rank}: rank 0 is gone")
+
+    store = tcp_store(store_port, config.parallel.tensor_parallel_size)
+    store.set(f"joining/{rank}", "1")
+    runner = ModelRunner(config, rank, store)
+    try:
+        while (message := reader.receive(check_parent)) != SHUTDOWN:
+            runner.execute(unpack_inputs(message))
+    finally:
+        runner.shutdown()
+
+
+class _Workers:
+    """The worker processes and the channel to them; `stop` is also the engine's finalizer, so it must not
+    hold the engine itself."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+        self.context = torch.multiprocessing.get_context("spawn")
+        self.store = tcp_store(0, config.parallel.tensor_parallel_size)
+        num_workers = config.parallel.tensor_parallel_size - 1
+        self.channel = ShmBroadcast(message_capacity(config), num_workers, self.context)
+        self.processes: list[multiprocessing.Process] = []  # started ones only
+        self.healthy = True
+
+    def start(self) -> None:
+        num_threads = torch.get_num_threads()
+        for rank in range(1, self.config.parallel.tensor_parallel_size):
+            process = self.context.Process(
+                target=_worker_main,
+                args=(self.config, rank, self.store.port, self.channel.reader(rank - 1), num_threads),
+                name=f"nvllm-tp-rank{rank}",
+                daemon=True,
+            )
+            process.start()
+            self.processes.append(process)
+        # Rank 0 joins the group only once every worker is about to: a worker that dies during start-up
+        # would otherwise leave rank 0 in the rendezvous until the collective timeout.
+        for rank in range(1, len(self.processes) + 1):
+            while not self.store.check([f"joining/{rank}"]):
+                wait_for_exit([p.sentinel for p in self.processes], timeout=0.05)
+                self.check()
+
+    def check(self) -> None:
+        """Raise if a worker has exited: it can only do so after an error, or when told to stop."""
+        for rank, process in enumerate(self.processes, start=1):
+            if process.exitcode is not None:
+                self.healthy = False
+                raise RuntimeError(self.describe_exit(rank, process))
+
+    def describe_exit(self, rank: int, process: multiprocessing.Process) -> str:
+        code, error = process.exitcode, self.channel.error(rank - 1)
+        what = f"tensor-parallel worker rank {rank} (pid {process.pid})"
+        if code < 0:
+            return f"{what} was killed by {signal.Signals(-code).name}"
+        if error:
+            return f"{what} failed:\n{error}"
+        return (
+            f"{what} exited with code {code} before it ran any nvllm code (its stderr says why). Workers are "
+            "spawned and re-import the main module: a script must create engines under "
+            "`if __name__ == '__main__':`"
+        )
+
+    def failure(self, error: BaseException) -> BaseException:
+        """The error to raise for `error` on rank 0: a worker's exit when one explains it (a failed
+        collective usually means a peer died; give it a moment to be seen dead), else `error` itself."""
+        self.healthy = False
+        wait_for_exit([p.sentinel for p in self.processes], timeout=EXIT_GRACE_S)
+        for rank, process in enumerate(self.processes, start=1):
+            if process.exitcode is not None:
+                return RuntimeError(self.describe_exit(rank, process))
+        return error
+
+    def broadcast(self, message: Any) -> None:
+        self.channel.send(message, self.check)
+
+    def stop(self) -> None:
+        """Ask the workers to stop (when they can still listen), end them if they do not, release the group
+        and unlink the shared memory. Safe to call after any failure, and more than once."""
+        if self.healthy:
+            try:
+                self.broadcast(SHUTDOWN)
+            except RuntimeError:
+                pass  # a worker is already gone: ended below
+        for process in self.processes:
+            process.join(JOIN_TIMEOUT_S if self.healthy else 0)
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+        self.healthy = False
+        destroy_tensor_parallel()
+        self.channel.close()
+        self.processes, self.store = [], None
+
+
+class TensorParallelRunner(ModelRunner):
+    """Rank 0's model runner (its own shard, plus scheduling's sampling) driving the worker ranks."""
+
+    def __init__(self, config: EngineConfig):
+        self.workers = _Workers(config)
+        # runs on shutdown, on garbage collection, or at interpreter exit, whichever comes first
+        self._finalizer = weakref.finalize(self, self.workers.stop)
+        try:
+            self.workers.start()
+            super().__init__(config, 0, self.workers.store)
+        except BaseException as error:
+            failure = self.workers.failure(error)
+            self._finalizer()
+            if failure is error:
+                raise
+            raise failure from error
+
+    @property
+    def shm_name(self) -> str:
+        return self.workers.channel.name
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [process.pid for process in self.workers.processes]
+
+    def execute(self, inputs: StepInputs) -> torch.Tensor:
+        """Broadcast the step, then run rank 0's share. Any failure ends every rank: after a half-run step
+        the ranks' collectives can no longer be matched up."""
+        if not self.workers.healthy:
+            raise RuntimeError("the tensor-parallel workers were stopped after an error: create a new engine")
+        try:
+            self.workers.broadcast(pack_inputs(inputs, self.block_size))
+            return super().execute(inputs)
+        except BaseException as error:
+            failure = self.workers.failure(error)
+            self._finalizer()
+            if failure is error:
+                raise
+            raise failure from error
+
+    def shutdown(self) -> None:
+        self._finalizer()
+        super().shutdown()

@@ -1,0 +1,55 @@
+"""The CUDA backend: flash-attn over the paged cache, and a Triton kernel that writes K/V into it.
+
+Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+
+@triton.jit
+def _store_kvcache_kernel(
+    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
+    key_stride, value_stride, row_size, BLOCK: tl.constexpr,
+):
+    token = tl.program_id(0)
+    slot = tl.load(slot_mapping_ptr + token)
+    if slot < 0:  # a padded token
+        return
+    offsets = tl.arange(0, BLOCK)
+    inside = offsets < row_size
+    key = tl.load(key_ptr + token * key_stride + offsets, mask=inside)
+    value = tl.load(value_ptr + token * value_stride + offsets, mask=inside)
+    tl.store(k_cache_ptr + slot * row_size + offsets, key, mask=inside)
+    tl.store(v_cache_ptr + slot * row_size + offsets, value, mask=inside)
+
+
+def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
+    num_tokens, num_kv_heads, head_dim = key.shape
+    row_size = num_kv_heads * head_dim
+    # one token's heads must be one contiguous row (they are: heads are split off the qkv matmul's row)
+    for tensor in (key, value):
+        assert tensor.stride(-1) == 1 and tensor.stride(-2) == head_dim, "K/V rows must be contiguous"
+    _store_kvcache_kernel[(num_tokens,)](
+        key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0), row_size,
+        BLOCK=triton.next_power_of_2(row_size),
+    )
+
+
+def attention(query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale):
+    if max_seqlen_q == 1:  # decode: one query per sequence
+        out = flash_attn_with_kvcache(
+            query.unsqueeze(1), k_cache, v_cache,
+            cache_seqlens=seqlens_k, block_table=block_tables, softmax_scale=scale, causal=True,
+        )
+        return out.squeeze(1)
+    cu_seqlens_k = F.pad(seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
+    return flash_attn_varlen_func(
+        query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        softmax_scale=scale, causal=True, block_table=block_tables,
+    )

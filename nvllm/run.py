@@ -1,0 +1,36 @@
+"""`python -m nvllm.run [+experiment=NAME] [key=value ...]`: compose the config from conf/, call its runner.
+
+The runner (`runner._target_`, see experiments/) gets the composed config, the job's Hydra output dir
+and the job's overrides (the wandb run's name); it builds the engine from the config itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import call
+from omegaconf import DictConfig
+
+from nvllm.config import CONF_DIR, register_configs
+
+register_configs()
+
+
+def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    """The config that `python -m nvllm.run OVERRIDES` runs, composed without running it (tests, notebooks)."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> dict:
+    job = HydraConfig.get()
+    return call(cfg.runner, cfg, Path(job.runtime.output_dir), job.job.override_dirname or None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Writing a seeded random Qwen3 checkpoint in Hugging Face's format, for parity tests against transformers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from nvllm.config import ModelConfig, model_preset
+from nvllm.models.weights import random_tensors
+from nvllm.tokenizer import load_tokenizer
+
+
+def hf_config(model: ModelConfig) -> dict:
+    fields = asdict(model)
+    for ours in ("name", "path", "dtype", "architecture"):
+        fields.pop(ours)
+    return {
+        **fields,
+        "architectures": [model.architecture],
+        "model_type": "qwen3",
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "torch_dtype": "float32",
+        "bos_token_id": 151643,
+    }
+
+
+def write_checkpoint(directory: Path, preset: str = "tiny", seed: int = 0, num_files: int = 1) -> Path:
+    """config.json, the tokenizer and the weights (split over `num_files` shards with an index if > 1)."""
+    model = model_preset(preset)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(hf_config(model), indent=2))
+    load_tokenizer(None).save_pretrained(str(directory))
+    tensors = {name: t.contiguous() for name, t in random_tensors(model, seed)}
+    names = list(tensors)
+    shards = [names[i::num_files] for i in range(num_files)]
+    if num_files == 1:
+        save_file(tensors, str(directory / "model.safetensors"))
+        return directory
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        file = f"model-{i + 1:05d}-of-{num_files:05d}.safetensors"
+        save_file({n: tensors[n] for n in shard}, str(directory / file))
+        weight_map.update(dict.fromkeys(shard, file))
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return directory

@@ -1,0 +1,19 @@
+import pytest
+import torch
+
+from tests.checkpoints import write_checkpoint
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip_gpu = pytest.mark.skip(reason="needs CUDA (run on the device: pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A seeded random tiny Qwen3 in Hugging Face's on-disk format (two safetensors shards + index)."""
+    return write_checkpoint(tmp_path_factory.mktemp("tiny-qwen3"), "tiny", seed=0, num_files=2)

@@ -1,0 +1,117 @@
+"""Bad input fails with a ValueError that names the problem, and leaves the engine as it was: idle, every
+block free, and the next generate right."""
+
+import pytest
+
+from nvllm import LLM, SamplingParams
+from tests.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
+
+MAX_MODEL_LEN = 32
+NUM_BLOCKS = 7  # 28 tokens of KV: less than one max_model_len request, so the cache check can fire
+GOOD_PROMPTS = [random_prompt(6, seed=300), random_prompt(3, seed=301)]
+GREEDY = SamplingParams(temperature=0, max_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    with tiny_llm(kvcache_block_size=4, num_kvcache_blocks=NUM_BLOCKS, max_model_len=MAX_MODEL_LEN) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def expected(llm):
+    """What the good prompts give on the untouched engine."""
+    return llm.generate(GOOD_PROMPTS, GREEDY, use_tqdm=False)
+
+
+def assert_still_serves(llm, expected):
+    manager = llm.block_manager
+    assert not llm.scheduler.running and not llm.scheduler.waiting
+    assert manager.num_free_blocks == manager.num_blocks
+    assert all(block.ref_count == 0 for block in manager.blocks)
+    assert llm.generate(GOOD_PROMPTS, GREEDY, use_tqdm=False) == expected
+
+
+@pytest.mark.parametrize(
+    "prompt, max_tokens, message",
+    [
+        (random_prompt(MAX_MODEL_LEN + 1, seed=302), 4, "longer than max_model_len=32"),
+        ("", 4, "empty prompt"),  # tokenizes to no tokens
+        ([], 4, "empty prompt"),
+        ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary"),
+        ([5, TINY_VOCAB_SIZE], 4, rf"\[{TINY_VOCAB_SIZE}\] outside the vocabulary \[0, {TINY_VOCAB_SIZE}\)"),
+        (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7"),
+    ],
+    ids=["too-long", "empty-text", "empty-ids", "negative-id", "id-past-vocab", "more-kv-than-cache"],
+)
+def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message):
+    prefill_before = llm.num_prefill_tokens
+    with pytest.raises(ValueError, match=message):
+        # the good prompt first: nothing may be queued or run until every request is checked
+        llm.generate([GOOD_PROMPTS[0], prompt], SamplingParams(temperature=0, max_tokens=max_tokens),
+                     use_tqdm=False)
+    assert llm.num_prefill_tokens == prefill_before
+    assert_still_serves(llm, expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_tokens=0), "max_tokens=0 must be an integer >= 1"),
+        (dict(temperature=-0.5), "temperature=-0.5 must be >= 0"),
+        (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
+        (dict(top_p=1.5), r"top_p=1.5 must be in \(0, 1\]"),
+        (dict(top_k=0), "top_k=0 must be -1"),
+    ],
+)
+def test_bad_sampling_params(llm, expected, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+    assert_still_serves(llm, expected)
+
+
+def test_prompts_and_sampling_params_of_different_lengths(llm, expected):
+    with pytest.raises(ValueError, match="2 prompts but 3 sampling params"):
+        llm.generate(GOOD_PROMPTS, [GREEDY] * 3, use_tqdm=False)
+    with pytest.raises(ValueError, match="expected SamplingParams, got dict"):
+        llm.generate(GOOD_PROMPTS, [GREEDY, {"temperature": 0}], use_tqdm=False)
+    assert_still_serves(llm, expected)
+
+
+def test_error_inside_a_step_leaves_the_engine_usable(llm, expected, monkeypatch):
+    run = llm.model_runner.run
+    calls = []
+
+    def fails_on_second_step(batch):
+        calls.append(batch)
+        if len(calls) == 2:  # after a prefill: sequences running, blocks held and published
+            raise RuntimeError("injected failure")
+        return run(batch)
+
+    monkeypatch.setattr(llm.model_runner, "run", fails_on_second_step)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        llm.generate(GOOD_PROMPTS + [random_prompt(9, seed=304)], GREEDY, use_tqdm=False)
+    assert len(calls) == 2
+    monkeypatch.undo()
+    assert_still_serves(llm, expected)
+
+
+# ---- engine construction --------------------------------------------------------------------------------
+def test_block_size_the_backend_cannot_serve():
+    with pytest.raises(ValueError, match="cache.block_size=16 cannot be served by the flash_attn backend"):
+        LLM("tiny", attention_backend="flash_attn", kvcache_block_size=16)
+
+
+def test_unknown_keyword_argument_is_named():
+    with pytest.raises(ValueError, match="unknown LLM argument 'max_num_seq'"):
+        LLM("tiny", max_num_seq=3)
+
+
+def test_unknown_model_name_lists_the_presets():
+    with pytest.raises(ValueError, match=r"unknown model 'tinny'.*'tiny'"):
+        LLM("tinny")
+
+
+def test_unsupported_architecture():
+    with pytest.raises(ValueError, match=r"unsupported architecture 'LlamaForCausalLM'.*Qwen3ForCausalLM"):
+        tiny_llm(model__architecture="LlamaForCausalLM")

@@ -1,0 +1,169 @@
+"""Scheduler: token/sequence budgets, chunked prefill, preemption and output order, each checked against the
+same prompts generated one at a time with room to spare."""
+
+import pytest
+
+from nvllm import SamplingParams
+from nvllm.config import SchedulerConfig
+from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.scheduler import Scheduler
+from nvllm.engine.sequence import Sequence, SequenceStatus
+from tests.engine_utils import random_prompt, recorded_steps, tiny_llm
+
+BLOCK_SIZE = 4
+# (prompt length, max_tokens): lengths and outputs differ widely, so requests finish out of submission order.
+# 49 = 3 chunks of 16 and 1 token left over, 37 = 16 + 16 + 5 under the small budget.
+REQUESTS = [(49, 3), (7, 12), (23, 6), (3, 10), (37, 4)]
+PROMPTS = [random_prompt(length, seed=100 + i) for i, (length, _) in enumerate(REQUESTS)]
+PARAMS = [SamplingParams(temperature=0, max_tokens=max_tokens) for _, max_tokens in REQUESTS]
+SMALL_BUDGET, SMALL_MAX_SEQS = 16, 3
+
+
+def engine(**overrides):
+    return tiny_llm(kvcache_block_size=BLOCK_SIZE, max_model_len=64, **overrides)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=512) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def expected(reference):
+    """Each prompt generated alone, with a budget and a cache that never constrain it."""
+    return [reference.generate([prompt], params, use_tqdm=False)[0]
+            for prompt, params in zip(PROMPTS, PARAMS, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def small_budget():
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=SMALL_BUDGET,
+                max_num_seqs=SMALL_MAX_SEQS) as llm:
+        yield llm
+
+
+def assert_engine_idle(llm):
+    assert not llm.scheduler.running and not llm.scheduler.waiting
+    assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
+
+
+def test_budgets_hold_at_every_step(small_budget, expected):
+    with recorded_steps(small_budget) as steps:
+        outputs = small_budget.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert outputs == expected
+    for step in steps:
+        assert sum(step.num_new_tokens) <= SMALL_BUDGET
+        assert len(step.prompts) <= SMALL_MAX_SEQS
+        scheduled = zip(step.num_new_tokens, step.num_uncomputed_tokens, strict=True)
+        assert all(0 < num_new <= num_left for num_new, num_left in scheduled)
+    # the limits were reached, so a scheduler that ignored them would have been caught
+    assert max(sum(step.num_new_tokens) for step in steps) == SMALL_BUDGET
+    assert max(len(step.prompts) for step in steps) == SMALL_MAX_SEQS
+    assert_engine_idle(small_budget)
+
+
+def test_long_prompt_is_chunked_and_gives_the_same_tokens(small_budget, reference):
+    long_prompt = random_prompt(49, seed=200)  # a prompt no other test sends: no prefix-cache hits
+    params = SamplingParams(temperature=0, max_tokens=5)
+    with recorded_steps(small_budget) as steps:
+        outputs = small_budget.generate([long_prompt], params, use_tqdm=False)
+    assert outputs == reference.generate([long_prompt], params, use_tqdm=False)
+    assert [step.num_new_tokens for step in steps if step.is_prefill] == [[16], [16], [16]]
+    # the 49th token is computed by the first decode step, which also samples the first output token
+    assert [step.num_new_tokens for step in steps if not step.is_prefill] == [[1]] * params.max_tokens
+
+
+def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected):
+    # 20 blocks of 4 hold the largest request (52 tokens) but not all of them (about 150 tokens)
+    with engine(num_kvcache_blocks=20, max_num_batched_tokens=512) as llm:
+        outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+        assert llm.stats()["num_preemptions"] > 0
+        assert outputs == expected
+        assert_engine_idle(llm)
+
+
+def test_outputs_come_back_in_input_order(reference, expected, monkeypatch):
+    finish_order = []
+    step = reference.step
+
+    def recording_step():
+        finished = step()
+        finish_order.extend(PROMPTS.index(seq.token_ids[: seq.num_prompt_tokens]) for seq in finished)
+        return finished
+
+    monkeypatch.setattr(reference, "step", recording_step)
+    outputs = reference.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert sorted(finish_order) == list(range(len(PROMPTS)))
+    assert finish_order != sorted(finish_order)  # they did finish out of order
+    assert outputs == expected
+    assert [len(out["token_ids"]) for out in outputs] == [max_tokens for _, max_tokens in REQUESTS]
+
+
+def test_without_chunked_prefill_prompts_go_whole(expected):
+    budget = 64  # holds the longest prompt but not all of them: prompts wait for a later step
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=budget, chunked_prefill=False) as llm:
+        with recorded_steps(llm) as steps:
+            outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert outputs == expected
+    prefills = [step for step in steps if step.is_prefill]
+    assert len(prefills) > 1
+    for step in prefills:
+        assert step.num_new_tokens == step.num_uncomputed_tokens
+        assert sum(step.num_new_tokens) <= budget
+
+
+# ---- the scheduler alone, on bookkeeping only -----------------------------------------------------------
+EOS = 7
+
+
+def bare_scheduler(num_blocks: int, **config) -> Scheduler:
+    return Scheduler(SchedulerConfig(**config), BlockManager(num_blocks, BLOCK_SIZE), eos_token_id=EOS)
+
+
+def run_step(scheduler: Scheduler, token_id: int = 1):
+    batch = scheduler.schedule()
+    scheduled = zip(batch.seqs, batch.num_new_tokens, strict=True)
+    num_sampled = sum(seq.num_computed_tokens + n == len(seq) for seq, n in scheduled)
+    return batch, scheduler.postprocess(batch, [token_id] * num_sampled)
+
+
+def test_preemption_takes_the_newest_and_requeues_it_first():
+    scheduler = bare_scheduler(num_blocks=3)
+    old, new = (Sequence([1, 2, 3, 4], SamplingParams(max_tokens=10)) for _ in range(2))
+    waiting = Sequence([5], SamplingParams(max_tokens=10))
+    for seq in (old, new, waiting):
+        scheduler.add(seq)
+    batch, _ = run_step(scheduler)  # both prompts fill one block each; the third is left for `waiting`
+    assert batch.seqs == [old, new, waiting]
+    batch, _ = run_step(scheduler)  # old and new each need a second block: only one is free
+    assert batch.seqs == [old] and not batch.is_prefill
+    assert scheduler.num_preemptions == 2  # `waiting` first (newest), then `new`
+    assert list(scheduler.waiting) == [new, waiting]
+    assert new.status == waiting.status == SequenceStatus.WAITING
+    assert new.num_computed_tokens == 0 and new.block_table == [] and new.token_ids == [1, 2, 3, 4, 1]
+    assert scheduler.block_manager.num_free_blocks == 3 - len(old.block_table)
+
+
+def test_eos_finishes_unless_ignored():
+    scheduler = bare_scheduler(num_blocks=8)
+    stops = Sequence([1, 2], SamplingParams(max_tokens=5))
+    ignores = Sequence([1, 2], SamplingParams(max_tokens=5, ignore_eos=True))
+    scheduler.add(stops)
+    scheduler.add(ignores)
+    _, finished = run_step(scheduler, token_id=EOS)
+    assert finished == [stops] and stops.completion_token_ids == [EOS]
+    assert scheduler.running == [ignores]
+    while not scheduler.is_finished():
+        run_step(scheduler, token_id=EOS)
+    assert ignores.completion_token_ids == [EOS] * 5
+    assert scheduler.block_manager.num_free_blocks == 8
+
+
+def test_max_model_len_stops_generation():
+    scheduler = bare_scheduler(num_blocks=8, max_model_len=6)
+    seq = Sequence([1, 2, 3, 4], SamplingParams(max_tokens=50))
+    scheduler.add(seq)
+    while not scheduler.is_finished():
+        run_step(scheduler)
+    assert len(seq) == 6 and seq.is_finished

@@ -1,0 +1,104 @@
+"""Tensor parallelism on the CPU (gloo): TP=2 generates what TP=1 does, and a worker that raises or is killed
+makes `generate` fail fast, after which nothing of the engine is left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+from nvllm import SamplingParams
+from nvllm.config import CONF_DIR, ParallelConfig, to_dataclass
+from nvllm.distributed import tp_size
+from tests.engine_utils import random_prompt, tiny_llm
+
+# 12 blocks of 16 tokens: four 20-token prompts that grow by 40 tokens each need 16, so some are preempted
+SETTINGS = dict(kvcache_block_size=16, num_kvcache_blocks=12, max_model_len=128, max_num_batched_tokens=64)
+
+
+def generate_workload(llm) -> list[list[int]]:
+    """Greedy generations that go through chunked prefill, preemption and prefix-cache hits."""
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    prefix = random_prompt(40, seed=100)
+    batches = [
+        [random_prompt(20, seed=i) for i in range(4)],
+        [prefix + random_prompt(5, seed=10)],
+        [prefix + random_prompt(7, seed=11), prefix + random_prompt(3, seed=12)],  # reuse the prefix's blocks
+    ]
+    outputs = [out["token_ids"] for prompts in batches for out in llm.generate(prompts, params, use_tqdm=False)]
+    stats = llm.stats()
+    assert stats["num_preemptions"] > 0 and stats["prefix_cache_hit_rate"] > 0
+    return outputs
+
+
+def assert_released(shm_name: str, worker_pids: list[int]) -> None:
+    assert not dist.is_initialized() and tp_size() == 1  # a later engine builds unsharded layers again
+    assert not os.path.exists(f"/dev/shm/{shm_name}")
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(f"nvllm_tp_{os.getpid()}_")]
+    assert not multiprocessing.active_children()
+    for pid in worker_pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_tp2_generates_what_tp1_does():
+    with tiny_llm(**SETTINGS) as llm:
+        expected = generate_workload(llm)
+    with tiny_llm(tensor_parallel_size=2, **SETTINGS) as llm:
+        assert tp_size() == 2
+        shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
+        outputs = generate_workload(llm)
+    assert outputs == expected
+    assert_released(shm_name, worker_pids)
+
+
+def test_failed_workers_raise_then_a_new_engine_works():
+    prompts = [random_prompt(10, seed=i) for i in range(2)]
+    short = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    llm = tiny_llm(tensor_parallel_size=2, **SETTINGS)
+    runner = llm.model_runner
+    shm_name, worker_pids = runner.shm_name, runner.worker_pids
+    expected = llm.generate(prompts, short, use_tqdm=False)
+    runner.workers.broadcast("not a step")  # the worker raises on it and sends its traceback back
+    with pytest.raises(RuntimeError, match=r"(?s)worker rank 1 \(pid \d+\) failed:.*Traceback.*TypeError"):
+        llm.generate(prompts, short, use_tqdm=False)
+    llm.shutdown()
+    assert_released(shm_name, worker_pids)
+
+    llm = tiny_llm(tensor_parallel_size=2, **SETTINGS)  # the same process, a new group and buffer
+    shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
+    assert llm.generate(prompts, short, use_tqdm=False) == expected
+    killed_at = []
+
+    def kill_worker():
+        killed_at.append(time.perf_counter())
+        os.kill(worker_pids[0], signal.SIGKILL)
+
+    timer = threading.Timer(0.5, kill_worker)
+    timer.start()
+    long = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    with pytest.raises(RuntimeError, match=r"worker rank 1 \(pid \d+\) was killed by SIGKILL"):
+        llm.generate(prompts, long, use_tqdm=False)
+    timer.join()
+    assert time.perf_counter() - killed_at[0] < 10
+    with pytest.raises(RuntimeError, match="create a new engine"):
+        llm.generate(prompts, short, use_tqdm=False)
+    llm.shutdown()
+    assert_released(shm_name, worker_pids)
+
+
+def test_parallel_configs_and_sizes_that_do_not_divide_the_heads():
+    for size in (2, 4, 8):
+        values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "parallel" / f"tp{size}.yaml"))
+        assert to_dataclass(ParallelConfig, values).tensor_parallel_size == size
+    with pytest.raises(ValueError, match="tensor_parallel_size=3 must divide num_attention_heads=8"):
+        tiny_llm(tensor_parallel_size=3)
+    with pytest.raises(ValueError, match="tensor_parallel_size=8 must divide .* num_key_value_heads=4"):
+        tiny_llm(tensor_parallel_size=8)  # GQA: every rank needs a whole KV head
