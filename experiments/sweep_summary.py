@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import wandb
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
@@ -88,6 +89,7 @@ class SweepSummary(Callback):
         plot_throughput(rows, sweep_dir / PLOT_NAME)
         columns = _columns(rows)
         table = wandb.Table(columns=columns, data=[[row.get(column) for column in columns] for row in rows])
+        HydraConfig.instance().set_config(config)  # as for a job: the wandb group may read ${hydra:sweep.dir}
         sweep_config = OmegaConf.masked_copy(config, [key for key in config if key != "hydra"])
         with wandb_run(sweep_config, sweep_dir, "summary", job_type="sweep_summary") as run:
             run.log({TABLE_NAME: table, PLOT_NAME.removesuffix(".png"): wandb.Image(str(sweep_dir / PLOT_NAME))})

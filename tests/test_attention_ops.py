@@ -14,7 +14,8 @@ def dense_causal_attention(query, key, value, scale):
     key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
     scores = torch.einsum("qhd,khd->hqk", query, key) * scale
     len_q, len_k = query.shape[0], key.shape[0]
-    visible = torch.arange(len_k)[None, :] <= torch.arange(len_k - len_q, len_k)[:, None]
+    positions_k = torch.arange(len_k, device=query.device)
+    visible = positions_k[None, :] <= positions_k[len_k - len_q :, None]
     scores = scores.masked_fill(~visible, float("-inf"))
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), value)
 

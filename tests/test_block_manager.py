@@ -285,3 +285,12 @@ def test_concurrent_requests_share_prefix_blocks(llm, uncached_llm):
     outputs = llm.generate(prompts, GREEDY, use_tqdm=False)
     assert llm.num_prefill_tokens - prefill_before == 3 + 6
     assert outputs == uncached_llm.generate(prompts, GREEDY, use_tqdm=False)
+
+
+def test_full_hit_on_a_block_boundary_recomputes_the_last_block(llm, uncached_llm):
+    prompt = random_prompt(5 * BLOCK_SIZE, seed=6)  # all blocks full: a hit on all of them would leave nothing
+    first_out = llm.generate([prompt], GREEDY, use_tqdm=False)
+    prefill_before = llm.num_prefill_tokens
+    assert llm.generate([prompt], GREEDY, use_tqdm=False) == first_out
+    assert llm.num_prefill_tokens - prefill_before == BLOCK_SIZE
+    assert first_out == uncached_llm.generate([prompt], GREEDY, use_tqdm=False)

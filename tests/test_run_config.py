@@ -88,10 +88,10 @@ def test_an_appended_unknown_key_is_rejected_by_name():
 
 @pytest.mark.parametrize("override", ["cache.block_size=big", "workload.input_len=[100,1024]", "compile.enabled=maybe"])
 def test_a_value_of_the_wrong_type_is_rejected_by_name(override):
-    key, value = override.split("=")
+    key = override.split("=")[0]
     with pytest.raises(ConfigCompositionException, match=key) as error:
         compose_config([override])
-    assert value in str(error.value.__cause__)
+    assert f"full_key: {key}" in str(error.value.__cause__)  # Hydra prints the cause under the message
 
 
 @pytest.mark.parametrize(

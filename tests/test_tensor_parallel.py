@@ -31,7 +31,7 @@ def generate_workload(llm) -> list[list[int]]:
         [prefix + random_prompt(5, seed=10)],
         [prefix + random_prompt(7, seed=11), prefix + random_prompt(3, seed=12)],  # reuse the prefix's blocks
     ]
-    outputs = [out["token_ids"] for prompts in batches for out in llm.generate(prompts, params, use_tqdm=False)]
+    outputs = [o["token_ids"] for prompts in batches for o in llm.generate(prompts, params, use_tqdm=False)]
     stats = llm.stats()
     assert stats["num_preemptions"] > 0 and stats["prefix_cache_hit_rate"] > 0
     return outputs
@@ -75,18 +75,19 @@ def test_failed_workers_raise_then_a_new_engine_works():
     llm = tiny_llm(tensor_parallel_size=2, **SETTINGS)  # the same process, a new group and buffer
     shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
     assert llm.generate(prompts, short, use_tqdm=False) == expected
-    killed_at = []
+    killed_at, decoded_before = [], llm.num_decode_tokens
 
-    def kill_worker():
+    def kill_a_worker_mid_run():  # a few steps in, whatever the ranks are doing at that moment
+        while llm.num_decode_tokens < decoded_before + 10:
+            time.sleep(0.01)
         killed_at.append(time.perf_counter())
         os.kill(worker_pids[0], signal.SIGKILL)
 
-    timer = threading.Timer(0.5, kill_worker)
-    timer.start()
-    long = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    killer = threading.Thread(target=kill_a_worker_mid_run, daemon=True)
+    killer.start()
+    long = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)  # outlives the kill
     with pytest.raises(RuntimeError, match=r"worker rank 1 \(pid \d+\) was killed by SIGKILL"):
         llm.generate(prompts, long, use_tqdm=False)
-    timer.join()
     assert time.perf_counter() - killed_at[0] < 10
     with pytest.raises(RuntimeError, match="create a new engine"):
         llm.generate(prompts, short, use_tqdm=False)

@@ -158,6 +158,9 @@ class ModelRunner:
             return
         start = time.perf_counter()
         model = self.model
+        # Sizes that happen to be equal at trace time (tokens = head_dim, say) would otherwise be assumed
+        # equal forever, and every batch that breaks the coincidence would compile again.
+        torch.fx.experimental._config.use_duck_shape = False
 
         def prefill_forward(*args):
             return model(*args)
@@ -295,11 +298,11 @@ class ModelRunner:
             max_seqlen_q=inputs.max_seqlen_q,
             max_seqlen_k=inputs.max_seqlen_k,
         )
-        forward = self._prefill_forward if inputs.is_prefill else self._decode_forward
-        if not compiled:
-            forward = self.model
-        elif forward is not self.model and self.use_cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
+        forward = self.model
+        if compiled:
+            forward = self._prefill_forward if inputs.is_prefill else self._decode_forward
+            if forward is not self.model and self.use_cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()
         return forward(on_device(inputs.input_ids), on_device(inputs.positions), meta, on_device(inputs.logits_indices))
 
     def execute(self, inputs: StepInputs) -> torch.Tensor:

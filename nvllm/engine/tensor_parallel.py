@@ -9,6 +9,7 @@ the workers, or when its own collective fails, and raises an error that names th
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import multiprocessing
 import os
@@ -69,8 +70,9 @@ def unpack_inputs(fields: dict[str, Any]) -> StepInputs:
 
 
 def _worker_main(config: EngineConfig, rank: int, store_port: int, reader: ShmReader, num_threads: int):
-    """A worker rank's process. A failure is reported through shared memory, and the process exits right
-    after its cleanup: the interpreter's teardown takes seconds with torch loaded, and rank 0 waits for it."""
+    """A worker rank's process. A failure is reported through shared memory. The process ends with its exit
+    handlers (they stop helpers such as inductor's compile workers) but without the interpreter's teardown,
+    which takes seconds with torch loaded while rank 0 waits for the exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it then stops the workers
     torch.set_num_threads(num_threads)  # on the CPU, a thread budget the caller set holds for every rank
     reader.open()
@@ -84,6 +86,7 @@ def _worker_main(config: EngineConfig, rank: int, store_port: int, reader: ShmRe
         print(f"tensor-parallel worker rank {rank} failed:\n{error}", file=sys.stderr)
     finally:
         reader.close()
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exit_code)
@@ -159,11 +162,15 @@ class _Workers:
         )
 
     def failure(self, error: BaseException) -> BaseException:
-        """The error to raise for `error` on rank 0: a worker's exit when one explains it (a failed
-        collective usually means a peer died; give it a moment to be seen dead), else `error` itself."""
+        """The error to raise for `error` on rank 0: a worker's exit when one explains it, else `error`
+        itself. A failed collective (a RuntimeError) usually means a peer died: it gets a moment to be seen
+        dead; Ctrl-C does not wait."""
         self.healthy = False
-        wait_for_exit([p.sentinel for p in self.processes], timeout=EXIT_GRACE_S)
+        grace_s = EXIT_GRACE_S if isinstance(error, RuntimeError) else 0
+        exiting = wait_for_exit([p.sentinel for p in self.processes], timeout=grace_s)
         for rank, process in enumerate(self.processes, start=1):
+            if process.sentinel in exiting:
+                process.join()  # its pipe closes a moment before the exit code can be read
             if process.exitcode is not None:
                 return RuntimeError(self.describe_exit(rank, process))
         return error

@@ -23,15 +23,16 @@ class AttentionMetadata:
 class Attention(nn.Module):
     """Writes this layer's new K/V into its slice of the paged cache, then attends over the cache.
 
-    The caches are plain attributes set by the model runner once it has sized them: their addresses never
-    change afterwards, which is what CUDA graphs need.
+    The caches are buffers, set by the model runner once it has sized them: torch.compile then treats their
+    shapes as static and CUDA graphs treat them as static inputs (used in place, never copied).
     """
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
         self.backend = "torch"
-        self.k_cache = self.v_cache = torch.empty(0)
+        self.register_buffer("k_cache", torch.empty(0), persistent=False)
+        self.register_buffer("v_cache", torch.empty(0), persistent=False)
 
     def forward(self, query, key, value, meta: AttentionMetadata) -> torch.Tensor:
         torch.ops.nvllm.store_kvcache(key, value, self.k_cache, self.v_cache, meta.slot_mapping, self.backend)

@@ -1,0 +1,198 @@
+"""The experiment runners on a tiny model: what they report and write (results.json, offline wandb runs),
+the sweep end to end with its summary, and engines that release everything when they shut down."""
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.core.hydra_config import HydraConfig
+
+from experiments import bench, generate, latency
+from experiments.sweep_summary import PLOT_NAME, SweepSummary
+from experiments.workload import make_requests, workload_config
+from nvllm import LLM, SamplingParams
+from nvllm.run import compose_config
+
+TINY = ["model=tiny", "compile=eager", "cache.block_size=16", "cache.num_blocks=256", "wandb.mode=offline"]
+SMALL_WORKLOAD = ["workload.num_seqs=3", "workload.input_len=24", "workload.min_input_len=8",
+                  "workload.output_len=6", "workload.min_output_len=2"]
+BENCH_METRICS = {
+    "output_tokens", "wall_s", "output_tok_per_s", "prefill_tok_per_s", "decode_tok_per_s", "startup_s", "load_s",
+    "compile_s", "capture_s", "peak_gpu_memory_gib", "num_kv_blocks", "num_preemptions", "prefix_cache_hit_rate",
+}
+PNG_MAGIC = b"\x89PNG"
+
+
+def wandb_run_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))
+
+
+def logged(run_file: Path, key: str, value) -> bool:
+    """Whether the offline run holds `key` logged as `value` (records store the key and its JSON text)."""
+    data = run_file.read_bytes()
+    return key.encode() in data and json.dumps(value).encode() in data
+
+
+def test_random_workload_is_seeded_and_in_range():
+    workload = workload_config(compose_config(["+experiment=bench", "workload.num_seqs=50"]))
+    prompts, params = make_requests(workload, vocab_size=1000)
+    assert (prompts, params) == make_requests(workload, vocab_size=1000)
+    assert all(100 <= len(prompt) <= 1024 and all(0 <= t < 1000 for t in prompt) for prompt in prompts)
+    assert all(100 <= p.max_tokens <= 1024 and p.ignore_eos and p.temperature == 0.6 for p in params)
+    assert len({len(prompt) for prompt in prompts}) > 1
+
+
+def test_text_prompts_are_cycled():
+    workload = workload_config(compose_config(["workload.num_seqs=6"]))
+    prompts, params = make_requests(workload, vocab_size=1000)
+    assert prompts == (workload.prompts * 2)[:6] and {p.max_tokens for p in params} == {workload.output_len}
+
+
+def test_demo_prints_completions_and_throughput(tmp_path, capsys):
+    cfg = compose_config([*TINY, "wandb.mode=disabled", "workload.num_seqs=2", "workload.output_len=3"])
+    metrics = generate.run(cfg, tmp_path)
+    printed = capsys.readouterr().out
+    assert printed.count("Prompt: ") == 2 and "Completion: " in printed and "tok/s" in printed
+    assert metrics["output_tokens"] == 6 and (tmp_path / "results.json").is_file()
+
+
+def test_bench_reports_writes_and_logs(tmp_path, capsys):
+    cfg = compose_config(["+experiment=bench", *TINY, *SMALL_WORKLOAD])
+    metrics = bench.run(cfg, tmp_path, name="test-bench")
+    assert set(metrics) == BENCH_METRICS
+    expected_tokens = sum(p.max_tokens for p in make_requests(workload_config(cfg), vocab_size=2)[1])
+    assert metrics["output_tokens"] == expected_tokens and metrics["output_tok_per_s"] > 0
+    assert metrics["num_kv_blocks"] == 256 and metrics["peak_gpu_memory_gib"] is None  # CPU
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["metrics"] == metrics and results["config"]["cache"]["block_size"] == 16
+    [run_file] = wandb_run_files(tmp_path)
+    assert logged(run_file, "output_tok_per_s", metrics["output_tok_per_s"]) and b"test-bench" in run_file.read_bytes()
+    assert "Throughput:" in capsys.readouterr().out
+
+
+def test_latency_times_every_token(tmp_path):
+    cfg = compose_config(["+experiment=latency", *TINY, "wandb.mode=disabled", "workload.input_len=16",
+                          "workload.output_len=8"])
+    metrics = latency.run(cfg, tmp_path)
+    assert metrics["output_tokens"] == 8 and metrics["time_to_first_token_ms"] > 0
+    assert 0 < metrics["token_latency_p50_ms"] <= metrics["token_latency_p90_ms"] <= metrics["token_latency_p99_ms"]
+
+
+def test_sweep_summary_tabulates_and_plots(tmp_path):
+    for job, (block_size, budget) in enumerate([(32, 64), (16, 128), (16, 64), (32, 128)]):
+        config = {"cache": {"block_size": block_size}, "scheduler": {"max_num_batched_tokens": budget}}
+        metrics = {"output_tok_per_s": block_size + budget / 10, "num_preemptions": None}
+        (tmp_path / str(job)).mkdir()
+        (tmp_path / str(job) / "results.json").write_text(json.dumps({"name": f"job{job}", "config": config,
+                                                                      "metrics": metrics}))
+    config = compose_config(["+experiment=sweep", "wandb.mode=offline", f"hydra.sweep.dir={tmp_path}"],
+                            return_hydra_config=True)
+    try:
+        SweepSummary().on_multirun_end(config)
+    finally:
+        HydraConfig.instance().cfg = None  # the callback sets it, as Hydra does for a job
+    csv_lines = (tmp_path / "summary.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("job,name,cache.block_size,scheduler.max_num_batched_tokens,output_tok_per_s")
+    assert [line.split(",")[:2] for line in csv_lines[1:]] == [["2", "job2"], ["1", "job1"], ["0", "job0"], ["3", "job3"]]
+    assert (tmp_path / "summary.md").read_text().count("\n") == 6
+    assert (tmp_path / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
+    [run_file] = wandb_run_files(tmp_path)
+    assert b"summary" in run_file.read_bytes() and str(tmp_path).encode() in run_file.read_bytes()  # the group
+
+
+def test_sweep_runs_every_job_and_summarises(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, "-m", "nvllm.run", "+experiment=sweep", *TINY, *SMALL_WORKLOAD,
+               "cache.block_size=16,32", "scheduler.max_num_batched_tokens=64,128", f"hydra.sweep.dir={sweep_dir}"]
+    # one thread per process: a shared CPU makes OpenMP's spinning threads an order of magnitude slower
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    job_dirs = sorted(path for path in sweep_dir.iterdir() if path.name.isdigit())
+    assert [path.name for path in job_dirs] == ["0", "1", "2", "3"]  # the command line narrowed the 3 x 4 grid
+    for job_dir in job_dirs:
+        metrics = json.loads((job_dir / "results.json").read_text())["metrics"]
+        [run_file] = wandb_run_files(job_dir)
+        assert logged(run_file, "output_tok_per_s", metrics["output_tok_per_s"])
+        assert str(sweep_dir).encode() in run_file.read_bytes()  # the group
+    assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 5
+    assert (sweep_dir / "summary.md").is_file() and (sweep_dir / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
+    assert len(wandb_run_files(sweep_dir)) == 1
+
+
+# ---- isolation: jobs share one process, so a shut-down engine must leave nothing behind ---------------
+def child_pids() -> set[int]:
+    """Live and zombie children of this process (an unjoined worker stays a zombie)."""
+    children = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent_pid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent_pid == os.getpid():
+            children.add(int(stat.parent.name))
+    return children
+
+
+def mapped_shared_memory(pids: set[int]) -> set[str]:
+    """The /dev/shm segments these processes map: the engine's own, whatever other tests do meanwhile."""
+    segments = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        segments |= {line.split()[-1] for line in maps.splitlines() if "/dev/shm/" in line}
+    return segments
+
+
+def rss_mib() -> float:
+    status = Path("/proc/self/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def tensor_parallel_available() -> bool:
+    try:
+        import nvllm.engine.tensor_parallel  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [
+    1,
+    pytest.param(2, marks=pytest.mark.skipif(not tensor_parallel_available(), reason="no nvllm.engine.tensor_parallel")),
+])
+def test_engines_release_everything(tensor_parallel_size):
+    children_before = child_pids()
+    segments, rss_after_engine = set(), []
+    for _ in range(3):
+        with LLM("tiny", enforce_eager=True, kvcache_block_size=16, num_kvcache_blocks=64,
+                 tensor_parallel_size=tensor_parallel_size) as llm:
+            llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+            segments |= mapped_shared_memory({os.getpid(), *child_pids()})
+        del llm
+        gc.collect()
+        rss_after_engine.append(rss_mib())
+        assert child_pids() <= children_before, "a worker process outlived its engine"
+        assert not any(os.path.exists(segment) for segment in segments), "shared memory left linked"
+        assert not torch.distributed.is_initialized()
+    # The first engine pays one-off costs (tokenizer, allocator pools); a leak would add the tiny model's
+    # ~160 MiB of weights for each later engine.
+    assert rss_after_engine[2] - rss_after_engine[0] < 64, rss_after_engine
+
+
+@pytest.mark.gpu
+def test_engines_return_gpu_memory_to_baseline():
+    baseline = torch.cuda.memory_allocated()
+    for _ in range(3):
+        with LLM("tiny", kvcache_block_size=256, num_kvcache_blocks=64, device="cuda") as llm:
+            llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+        del llm
+        gc.collect()
+        assert torch.cuda.memory_allocated() == baseline
