@@ -33,8 +33,8 @@ def timed_generate(
     start = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=use_tqdm)
     wall_s = time.perf_counter() - start
-    output_tokens = sum(len(output["token_ids"]) for output in outputs)
-    return outputs, {"output_tokens": output_tokens, "wall_s": wall_s, "output_tok_per_s": output_tokens / wall_s}
+    generated = sum(len(output["token_ids"]) for output in outputs)
+    return outputs, {"output_tokens": generated, "wall_s": wall_s, "output_tok_per_s": generated / wall_s}
 
 
 def engine_metrics(llm: LLM) -> dict:
@@ -67,8 +67,8 @@ def report(metrics: dict) -> str:
     peak = metrics["peak_gpu_memory_gib"]
     return "\n".join([
         throughput_line(metrics),
-        f"Startup: {metrics['startup_s']:.1f}s (load {metrics['load_s']:.1f}s, compile {metrics['compile_s']:.1f}s, "
-        f"capture {metrics['capture_s']:.1f}s); peak GPU memory "
+        f"Startup: {metrics['startup_s']:.1f}s (load {metrics['load_s']:.1f}s, "
+        f"compile {metrics['compile_s']:.1f}s, capture {metrics['capture_s']:.1f}s); peak GPU memory "
         + (f"{peak:.2f} GiB" if peak is not None else "n/a (CPU)"),
         f"KV blocks: {metrics['num_kv_blocks']}; preemptions: {metrics['num_preemptions']}; "
         f"prefix-cache hit rate: {metrics['prefix_cache_hit_rate']:.1%}",

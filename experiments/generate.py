@@ -18,7 +18,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
         outputs, metrics = timed_generate(llm, prompts, params, use_tqdm=False)
         metrics.update(engine_metrics(llm))
         record(wandb_job, cfg, output_dir, name, metrics)
-    for prompt, output in zip(prompts, outputs):
+    for prompt, output in zip(prompts, outputs, strict=True):
         shown = prompt if isinstance(prompt, str) else f"<{len(prompt)} random tokens>"
         print(f"Prompt: {shown!r}\nCompletion: {output['text']!r}\n")
     print(f"{throughput_line(metrics)}; startup {metrics['startup_s']:.1f}s")

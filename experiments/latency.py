@@ -39,14 +39,16 @@ def step_times(llm: LLM, prompt: Prompt, params: SamplingParams) -> tuple[float,
 
 def latency_percentiles_ms(token_s: list[float]) -> dict:
     """p50/p90/p99 of the per-token latencies; None when only the first token was generated."""
-    values = np.percentile(np.array(token_s) * 1e3, PERCENTILES) if token_s else [None] * len(PERCENTILES)
-    return {f"token_latency_p{p}_ms": None if ms is None else float(ms) for p, ms in zip(PERCENTILES, values)}
+    if not token_s:
+        return {f"token_latency_p{p}_ms": None for p in PERCENTILES}
+    values = np.percentile(np.array(token_s) * 1e3, PERCENTILES)
+    return {f"token_latency_p{p}_ms": float(ms) for p, ms in zip(PERCENTILES, values, strict=True)}
 
 
 def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     workload = workload_config(cfg)
     if workload.num_seqs != 1:
-        raise ValueError(f"workload.num_seqs={workload.num_seqs}: the latency experiment runs a single stream")
+        raise ValueError(f"workload.num_seqs={workload.num_seqs}: the latency experiment runs one stream")
     with wandb_run(cfg, output_dir, name, job_type="latency") as wandb_job, start_engine(cfg) as llm:
         prompts, params = make_requests(workload, len(llm.tokenizer))
         start = time.perf_counter()

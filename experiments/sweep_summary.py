@@ -67,7 +67,8 @@ def plot_throughput(rows: list[dict], path: Path) -> None:
     axes = figure.subplots()
     for budget in sorted({row[BATCH_BUDGET] for row in rows}):
         points = sorted((row[BLOCK_SIZE], row[THROUGHPUT]) for row in rows if row[BATCH_BUDGET] == budget)
-        axes.plot(*zip(*points), marker="o", label=str(budget))
+        block_sizes, throughputs = zip(*points, strict=True)
+        axes.plot(block_sizes, throughputs, marker="o", label=str(budget))
     axes.set_xscale("log", base=2)
     axes.set_xticks(sorted({row[BLOCK_SIZE] for row in rows}))
     axes.xaxis.set_major_formatter(ScalarFormatter())
@@ -92,5 +93,5 @@ class SweepSummary(Callback):
         HydraConfig.instance().set_config(config)  # as for a job: the wandb group may read ${hydra:sweep.dir}
         sweep_config = OmegaConf.masked_copy(config, [key for key in config if key != "hydra"])
         with wandb_run(sweep_config, sweep_dir, "summary", job_type="sweep_summary") as run:
-            run.log({TABLE_NAME: table, PLOT_NAME.removesuffix(".png"): wandb.Image(str(sweep_dir / PLOT_NAME))})
+            run.log({TABLE_NAME: table, "throughput_vs_block_size": wandb.Image(str(sweep_dir / PLOT_NAME))})
         print(f"Sweep summary of {len(rows)} jobs: {sweep_dir / TABLE_NAME}.md, {sweep_dir / PLOT_NAME}")

@@ -32,8 +32,9 @@ def make_requests(workload: WorkloadConfig, vocab_size: int) -> tuple[list[Promp
     else:
         input_lens = _lengths(rng, workload.min_input_len, workload.input_len, count)
         prompts = [rng.integers(0, vocab_size, size=length).tolist() for length in input_lens]
+    output_lens = _lengths(rng, workload.min_output_len, workload.output_len, count)
     params = [
-        SamplingParams(temperature=workload.temperature, max_tokens=max_tokens, ignore_eos=workload.ignore_eos)
-        for max_tokens in _lengths(rng, workload.min_output_len, workload.output_len, count)
+        SamplingParams(temperature=workload.temperature, max_tokens=length, ignore_eos=workload.ignore_eos)
+        for length in output_lens
     ]
     return prompts, params

@@ -36,11 +36,6 @@ def tcp_store(port: int, world_size: int) -> dist.TCPStore:
 
 def init_tensor_parallel(store: dist.Store, rank: int, world_size: int, device: str) -> None:
     """Join the group; before the model is built, since the layers read tp_size() to shard themselves."""
-    if dist.is_initialized():
-        raise RuntimeError(
-            "torch.distributed is already initialized in this process: shut down the other "
-            "tensor-parallel engine first"
-        )
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist.init_process_group(
         backend, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT

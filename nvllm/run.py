@@ -21,7 +21,7 @@ register_configs()
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """The config that `python -m nvllm.run OVERRIDES` runs, composed without running it (tests, notebooks)."""
+    """The config `python -m nvllm.run OVERRIDES` would run, composed without running (tests, notebooks)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
 

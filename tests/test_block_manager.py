@@ -288,7 +288,7 @@ def test_concurrent_requests_share_prefix_blocks(llm, uncached_llm):
 
 
 def test_full_hit_on_a_block_boundary_recomputes_the_last_block(llm, uncached_llm):
-    prompt = random_prompt(5 * BLOCK_SIZE, seed=6)  # all blocks full: a hit on all of them would leave nothing
+    prompt = random_prompt(5 * BLOCK_SIZE, seed=6)  # all blocks full: hitting them all would leave nothing
     first_out = llm.generate([prompt], GREEDY, use_tqdm=False)
     prefill_before = llm.num_prefill_tokens
     assert llm.generate([prompt], GREEDY, use_tqdm=False) == first_out

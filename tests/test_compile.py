@@ -19,7 +19,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         torch._dynamo.reset()
         counters = torch._dynamo.utils.counters
         counters.clear()
-        with LLM("tiny", enforce_eager=False, **settings) as compiled:
+        with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
             frames_after_warmup = counters["stats"]["unique_graphs"]
             assert frames_after_warmup == 2  # one prefill graph, one decode graph, built at start-up
             outputs = compiled.generate(PROMPTS, params, use_tqdm=False)  # chunked prefill, decode of 3..1

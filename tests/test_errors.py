@@ -1,7 +1,9 @@
 """Bad input fails with a ValueError that names the problem, and leaves the engine as it was: idle, every
 block free, and the next generate right."""
 
+import numpy as np
 import pytest
+import torch
 
 from nvllm import LLM, SamplingParams
 from tests.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
@@ -40,9 +42,12 @@ def assert_still_serves(llm, expected):
         ([], 4, "empty prompt"),
         ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary"),
         ([5, TINY_VOCAB_SIZE], 4, rf"\[{TINY_VOCAB_SIZE}\] outside the vocabulary \[0, {TINY_VOCAB_SIZE}\)"),
+        ([5, 6.0], 4, r"token ids must be integers, got \[6.0\]"),
+        (torch.tensor([5, 6]), 4, r"token ids must be integers, got \[tensor\(5\), tensor\(6\)\]"),
         (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7"),
     ],
-    ids=["too-long", "empty-text", "empty-ids", "negative-id", "id-past-vocab", "more-kv-than-cache"],
+    ids=["too-long", "empty-text", "empty-ids", "negative-id", "id-past-vocab", "float-id", "tensor-ids",
+         "more-kv-than-cache"],
 )
 def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message):
     prefill_before = llm.num_prefill_tokens
@@ -59,15 +64,21 @@ def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max
     [
         (dict(max_tokens=0), "max_tokens=0 must be an integer >= 1"),
         (dict(temperature=-0.5), "temperature=-0.5 must be >= 0"),
+        (dict(temperature=float("nan")), "temperature=nan must be >= 0"),
         (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
         (dict(top_p=1.5), r"top_p=1.5 must be in \(0, 1\]"),
         (dict(top_k=0), "top_k=0 must be -1"),
+        (dict(top_k=2.5), "top_k=2.5 must be -1 .* or an integer >= 1"),
     ],
 )
 def test_bad_sampling_params(llm, expected, kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)
     assert_still_serves(llm, expected)
+
+
+def test_numpy_token_ids_are_token_ids(llm, expected):
+    assert llm.generate([np.array(p) for p in GOOD_PROMPTS], GREEDY, use_tqdm=False) == expected
 
 
 def test_prompts_and_sampling_params_of_different_lengths(llm, expected):

@@ -12,7 +12,6 @@ from tests.engine_utils import random_prompt, recorded_steps, tiny_llm
 
 BLOCK_SIZE = 4
 # (prompt length, max_tokens): lengths and outputs differ widely, so requests finish out of submission order.
-# 49 = 3 chunks of 16 and 1 token left over, 37 = 16 + 16 + 5 under the small budget.
 REQUESTS = [(49, 3), (7, 12), (23, 6), (3, 10), (37, 4)]
 PROMPTS = [random_prompt(length, seed=100 + i) for i, (length, _) in enumerate(REQUESTS)]
 PARAMS = [SamplingParams(temperature=0, max_tokens=max_tokens) for _, max_tokens in REQUESTS]
@@ -69,9 +68,11 @@ def test_long_prompt_is_chunked_and_gives_the_same_tokens(small_budget, referenc
     with recorded_steps(small_budget) as steps:
         outputs = small_budget.generate([long_prompt], params, use_tqdm=False)
     assert outputs == reference.generate([long_prompt], params, use_tqdm=False)
-    assert [step.num_new_tokens for step in steps if step.is_prefill] == [[16], [16], [16]]
-    # the 49th token is computed by the first decode step, which also samples the first output token
-    assert [step.num_new_tokens for step in steps if not step.is_prefill] == [[1]] * params.max_tokens
+    chunks = [step.num_new_tokens for step in steps if step.is_prefill]
+    assert chunks[:3] == [[SMALL_BUDGET]] * 3 and sum(sum(chunk) for chunk in chunks) <= 49
+    # the first decode step computes what prefill left (at most the 49th token) and samples the first output
+    decodes = [step.num_new_tokens for step in steps if not step.is_prefill]
+    assert sum(sum(chunk) for chunk in chunks) + len(decodes) == 49 + params.max_tokens - 1
 
 
 def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected):
@@ -111,6 +112,23 @@ def test_without_chunked_prefill_prompts_go_whole(expected):
     for step in prefills:
         assert step.num_new_tokens == step.num_uncomputed_tokens
         assert sum(step.num_new_tokens) <= budget
+
+
+def test_chunking_preemption_and_prefix_hits_together(reference):
+    """Shared prefixes, a budget that chunks, a cache that preempts and seeded sampling, all at once: each
+    request still gets the tokens it gets alone."""
+    shared = random_prompt(20, seed=500)
+    shapes = [(20, 5), (12, 9), (20, 1), (8, 14), (0, 11), (16, 3)]  # (shared prefix, own tokens)
+    prompts = [shared[:n] + random_prompt(m, seed=501 + i) for i, (n, m) in enumerate(shapes)]
+    params = [SamplingParams(temperature=0.8, top_k=50, seed=seed, max_tokens=4 + 2 * seed)
+              for seed in range(len(shapes))]
+    alone = [reference.generate([p], sp, use_tqdm=False)[0] for p, sp in zip(prompts, params, strict=True)]
+    with engine(num_kvcache_blocks=14, max_num_batched_tokens=8, max_num_seqs=4) as llm:
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        stats = llm.stats()
+        assert_engine_idle(llm)
+    assert outputs == alone
+    assert stats["num_preemptions"] > 0 and stats["prefix_cache_hit_rate"] > 0
 
 
 # ---- the scheduler alone, on bookkeeping only -----------------------------------------------------------

@@ -3,19 +3,24 @@ makes `generate` fail fast, after which nothing of the engine is left behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
 
 import pytest
+import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
 from nvllm import SamplingParams
-from nvllm.config import CONF_DIR, ParallelConfig, to_dataclass
+from nvllm.config import EngineConfig, engine_config_from_run_config
 from nvllm.distributed import tp_size
+from nvllm.engine.model_runner import StepInputs
+from nvllm.engine.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
+from nvllm.run import compose_config
 from tests.engine_utils import random_prompt, tiny_llm
 
 # 12 blocks of 16 tokens: four 20-token prompts that grow by 40 tokens each need 16, so some are preempted
@@ -53,6 +58,7 @@ def test_tp2_generates_what_tp1_does():
     with tiny_llm(tensor_parallel_size=2, **SETTINGS) as llm:
         assert tp_size() == 2
         shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
+        assert os.path.exists(f"/dev/shm/{shm_name}")
         outputs = generate_workload(llm)
     assert outputs == expected
     assert_released(shm_name, worker_pids)
@@ -96,10 +102,49 @@ def test_failed_workers_raise_then_a_new_engine_works():
 
 
 def test_parallel_configs_and_sizes_that_do_not_divide_the_heads():
-    for size in (2, 4, 8):
-        values = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "parallel" / f"tp{size}.yaml"))
-        assert to_dataclass(ParallelConfig, values).tensor_parallel_size == size
+    for size, model in [(2, "tiny"), (4, "tiny"), (8, "qwen3-8b")]:
+        config = engine_config_from_run_config(compose_config([f"parallel=tp{size}", f"model={model}"]))
+        assert config.parallel.tensor_parallel_size == size
+    with pytest.raises(ValueError, match="tensor_parallel_size=8 must divide .* num_key_value_heads=4"):
+        engine_config_from_run_config(compose_config(["parallel=tp8", "model=tiny"]))  # a KV head per rank
     with pytest.raises(ValueError, match="tensor_parallel_size=3 must divide num_attention_heads=8"):
         tiny_llm(tensor_parallel_size=3)
-    with pytest.raises(ValueError, match="tensor_parallel_size=8 must divide .* num_key_value_heads=4"):
-        tiny_llm(tensor_parallel_size=8)  # GQA: every rank needs a whole KV head
+
+
+def test_a_second_group_in_one_process_is_refused_and_the_first_left_alone():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="already initialized"):
+            tiny_llm(tensor_parallel_size=2)
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"cache.block_size": 16, "scheduler.max_model_len": 40960}])
+def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
+    config = EngineConfig()
+    for key, value in overrides.items():
+        group, leaf = key.split(".")
+        setattr(getattr(config, group), leaf, value)
+    sched, block_size = config.scheduler, config.cache.block_size
+    tokens, seqs = sched.max_num_batched_tokens, sched.max_num_seqs
+    width = -(-sched.max_model_len // block_size)
+    largest = StepInputs(
+        input_ids=torch.zeros(tokens, dtype=torch.int64),
+        positions=torch.zeros(tokens, dtype=torch.int64),
+        slot_mapping=torch.zeros(tokens, dtype=torch.int64),
+        cu_seqlens_q=torch.zeros(seqs + 1, dtype=torch.int32),
+        seqlens_k=torch.full((seqs,), sched.max_model_len, dtype=torch.int32),
+        block_tables=torch.zeros(seqs, width, dtype=torch.int32),
+        max_seqlen_q=tokens,
+        max_seqlen_k=sched.max_model_len,
+        logits_indices=torch.zeros(seqs, dtype=torch.int64),
+        is_prefill=True,
+    )
+    packed = pack_inputs(largest, block_size)
+    assert len(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)
+    unpacked = unpack_inputs(packed)
+    for field in dataclasses.fields(StepInputs):
+        torch.testing.assert_close(getattr(unpacked, field.name), getattr(largest, field.name))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Sequence as SequenceLike
 
@@ -41,7 +42,10 @@ class LLMEngine:
 
     # ---- requests -----------------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt) -> list[int]:
-        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        # numpy integers (a prompt given as an array) are token ids too; validate() rejects other types
+        return [int(t) if isinstance(t, numbers.Integral) else t for t in prompt]
 
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
         """Reject a request the engine could never serve, before it changes any state."""
@@ -49,8 +53,11 @@ class LLMEngine:
             raise ValueError(f"expected SamplingParams, got {type(params).__name__}")
         if not token_ids:
             raise ValueError("empty prompt: a request needs at least one token")
+        not_integers = [t for t in token_ids if not isinstance(t, int)]
+        if not_integers:
+            raise ValueError(f"token ids must be integers, got {not_integers[:5]}")
         vocab_size = self.config.model.vocab_size
-        bad = [t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+        bad = [t for t in token_ids if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab_size})")
         max_model_len = self.config.scheduler.max_model_len

@@ -153,6 +153,7 @@ class ModelRunner:
         """Prefill: compiled without CUDA graphs (token counts vary). Decode: compiled in the configured mode
         (reduce-overhead = CUDA graphs), captured at start-up for every padded batch size."""
         self._prefill_forward = self._decode_forward = self.model
+        self.decode_guards_checked = False
         compile_config = self.config.compile
         if not compile_config.enabled:
             return
@@ -182,6 +183,7 @@ class ModelRunner:
                     self._run_model(self._dummy_decode_inputs(batch_size))
             torch.cuda.synchronize()
         self.timings["capture_s"] = time.perf_counter() - start
+        self.decode_guards_checked = True
 
     # ---- dummy batches for warm-up and memory profiling ---------------------------------------------
     def _dummy_prefill_inputs(self, min_tokens: bool = False) -> StepInputs:
@@ -298,12 +300,19 @@ class ModelRunner:
             max_seqlen_q=inputs.max_seqlen_q,
             max_seqlen_k=inputs.max_seqlen_k,
         )
-        forward = self.model
-        if compiled:
-            forward = self._prefill_forward if inputs.is_prefill else self._decode_forward
-            if forward is not self.model and self.use_cuda_graphs:
-                torch.compiler.cudagraph_mark_step_begin()
-        return forward(on_device(inputs.input_ids), on_device(inputs.positions), meta, on_device(inputs.logits_indices))
+        args = (on_device(inputs.input_ids), on_device(inputs.positions), meta, on_device(inputs.logits_indices))
+        if not compiled or (inputs.is_prefill and self._prefill_forward is self.model):
+            return self.model(*args)
+        if inputs.is_prefill:
+            return self._prefill_forward(*args)
+        if self.use_cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        if not self.decode_guards_checked:
+            return self._decode_forward(*args)
+        # Once every padded batch size has run, the decode graph's guards can only pass (a single
+        # dynamic-shape entry, fixed shapes otherwise); checking them costs ~1 ms of host time per step.
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+            return self._decode_forward(*args)
 
     def execute(self, inputs: StepInputs) -> torch.Tensor:
         """This rank's share of a step; every rank gets the full logits (the LM head all-gathers)."""

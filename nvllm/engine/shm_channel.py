@@ -73,6 +73,7 @@ class ShmBroadcast:
     def close(self) -> None:
         self.shm.close()
         self.shm.unlink()
+        self.ready, self.read = [], []  # their named semaphores are unlinked once nothing holds them
 
 
 class ShmReader:

@@ -18,10 +18,11 @@ import sys
 import traceback
 import weakref
 from multiprocessing.connection import wait as wait_for_exit
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, tcp_store
@@ -69,7 +70,9 @@ def unpack_inputs(fields: dict[str, Any]) -> StepInputs:
     })
 
 
-def _worker_main(config: EngineConfig, rank: int, store_port: int, reader: ShmReader, num_threads: int):
+def _worker_main(
+    config: EngineConfig, rank: int, store_port: int, reader: ShmReader, num_threads: int
+) -> None:
     """A worker rank's process. A failure is reported through shared memory. The process ends with its exit
     handlers (they stop helpers such as inductor's compile workers) but without the interpreter's teardown,
     which takes seconds with torch loaded while rank 0 waits for the exit."""
@@ -180,7 +183,7 @@ class _Workers:
 
     def stop(self) -> None:
         """Ask the workers to stop (when they can still listen), end them if they do not, release the group
-        and unlink the shared memory. Safe to call after any failure, and more than once."""
+        and unlink the shared memory. Safe after any failure; the finalizer makes sure it runs once."""
         if self.healthy:
             try:
                 self.broadcast(SHUTDOWN)
@@ -202,6 +205,12 @@ class TensorParallelRunner(ModelRunner):
     """Rank 0's model runner (its own shard, plus scheduling's sampling) driving the worker ranks."""
 
     def __init__(self, config: EngineConfig):
+        # checked before anything starts, so that whatever group exists when this runner stops is its own
+        if dist.is_initialized():
+            raise RuntimeError(
+                "torch.distributed is already initialized in this process (another tensor-parallel engine?): "
+                "shut it down first"
+            )
         self.workers = _Workers(config)
         # runs on shutdown, on garbage collection, or at interpreter exit, whichever comes first
         self._finalizer = weakref.finalize(self, self.workers.stop)
@@ -209,11 +218,7 @@ class TensorParallelRunner(ModelRunner):
             self.workers.start()
             super().__init__(config, 0, self.workers.store)
         except BaseException as error:
-            failure = self.workers.failure(error)
-            self._finalizer()
-            if failure is error:
-                raise
-            raise failure from error
+            self._stop_after(error)
 
     @property
     def shm_name(self) -> str:
@@ -232,11 +237,14 @@ class TensorParallelRunner(ModelRunner):
             self.workers.broadcast(pack_inputs(inputs, self.block_size))
             return super().execute(inputs)
         except BaseException as error:
-            failure = self.workers.failure(error)
-            self._finalizer()
-            if failure is error:
-                raise
-            raise failure from error
+            self._stop_after(error)
+
+    def _stop_after(self, error: BaseException) -> NoReturn:
+        failure = self.workers.failure(error)
+        self._finalizer()
+        if failure is error:
+            raise error
+        raise failure from error
 
     def shutdown(self) -> None:
         self._finalizer()
