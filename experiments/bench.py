@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from experiments.engine import engine_metrics, report, start_engine, timed_generate
+from experiments.engine import engine_metrics, report, start_engine, timed_generate, warm_up
 from experiments.tracking import record, wandb_run
 from experiments.workload import make_requests, workload_config
 
@@ -16,6 +16,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     workload = workload_config(cfg)
     with wandb_run(cfg, output_dir, name, job_type="bench") as wandb_job, start_engine(cfg) as llm:
         prompts, params = make_requests(workload, len(llm.tokenizer))
+        warm_up(llm)
         _, metrics = timed_generate(llm, prompts, params)
         metrics.update(engine_metrics(llm))
         record(wandb_job, cfg, output_dir, name, metrics)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from experiments.engine import engine_metrics, report, start_engine
+from experiments.engine import engine_metrics, measured, report, start_engine, warm_up
 from experiments.tracking import record, wandb_run
 from experiments.workload import make_requests, workload_config
 from nvllm import LLM
@@ -51,15 +51,15 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
         raise ValueError(f"workload.num_seqs={workload.num_seqs}: the latency experiment runs one stream")
     with wandb_run(cfg, output_dir, name, job_type="latency") as wandb_job, start_engine(cfg) as llm:
         prompts, params = make_requests(workload, len(llm.tokenizer))
-        start = time.perf_counter()
-        first_token_s, token_s, output_tokens = step_times(llm, prompts[0], params[0])
-        wall_s = time.perf_counter() - start
+        warm_up(llm)
+        with measured(llm) as phases:
+            first_token_s, token_s, output_tokens = step_times(llm, prompts[0], params[0])
         for seconds in token_s:
             wandb_job.log({"token_latency_ms": seconds * 1e3})
         metrics = {
             "output_tokens": output_tokens,
-            "wall_s": wall_s,
-            "output_tok_per_s": output_tokens / wall_s,
+            "output_tok_per_s": output_tokens / phases["wall_s"],
+            **phases,
             "time_to_first_token_ms": first_token_s * 1e3,
             **latency_percentiles_ms(token_s),
             **engine_metrics(llm),

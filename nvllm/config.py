@@ -200,9 +200,15 @@ def engine_config_from_kwargs(model: str | None = None, **overrides: Any) -> Eng
 
 def engine_config_from_run_config(cfg: Any) -> EngineConfig:
     """The engine's part of a composed Hydra config (a DictConfig or the RunConfig dataclass)."""
-    plain = OmegaConf.to_container(OmegaConf.create(cfg), resolve=True) if not isinstance(cfg, dict) else cfg
-    engine_keys = {f.name for f in fields(EngineConfig)}
-    config = to_dataclass(EngineConfig, {k: v for k, v in plain.items() if k in engine_keys})
+    engine_keys = [f.name for f in fields(EngineConfig)]
+    if not isinstance(cfg, dict):  # resolve the engine's keys only: the others may name Hydra's runtime
+        node = OmegaConf.create(cfg)
+        cfg = {
+            key: OmegaConf.to_container(node[key], resolve=True) if OmegaConf.is_config(node[key]) else node[key]
+            for key in engine_keys
+            if key in node
+        }
+    config = to_dataclass(EngineConfig, {k: v for k, v in cfg.items() if k in engine_keys})
     if config.model.path is not None:
         config.model = model_from_checkpoint(config.model.path, base=config.model)
     validate(config)

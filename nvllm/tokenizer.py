@@ -7,6 +7,7 @@ shared by Qwen2/2.5/3; we convert it to a HF fast tokenizer and add Qwen3's spec
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -85,9 +86,17 @@ def build_qwen3_tokenizer() -> PreTrainedTokenizerFast:
 
 def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
     """The tokenizer in checkpoint dir `path`, or (None) the packaged Qwen3 one, cached on disk."""
-    if path is not None:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    final = cache_dir()
+    if path is None:
+        return packaged_tokenizer(cache_dir())
+    directory = Path(os.path.expanduser(path))
+    if not any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        raise ValueError(f"model.path={path!r} has no tokenizer (tokenizer.json / tokenizer_config.json)")
+    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+
+
+@functools.cache
+def packaged_tokenizer(final: Path) -> PreTrainedTokenizerFast:
+    """Built once into `final` (a disk cache) and loaded once per process: engines never modify it."""
     if not (final / "tokenizer.json").exists():
         # Build beside the target and rename: a reader sees either no dir or a complete one, and of
         # two racing builders the loser's rename fails and it uses the winner's copy.

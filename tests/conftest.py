@@ -3,6 +3,10 @@ import torch
 
 from tests.checkpoints import write_checkpoint
 
+# The CI machine has 2 cores; OpenMP's spinning threads make the tiny models' small matmuls far slower on a
+# loaded machine, and one thread is as fast as two on an idle one at these sizes.
+torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from unittest import mock
 
 import torch
 
 from nvllm import LLM
-from nvllm.tokenizer import load_tokenizer
-
-# On a CPU shared with other jobs, OpenMP's spinning threads slow the small matmuls of the tiny model by
-# two orders of magnitude; one thread is as fast as two on an idle machine at these sizes.
-torch.set_num_threads(1)
 
 # The tiny preset with a smaller vocabulary: the LM head over Qwen's 152k tokens dominates a CPU step and
 # its random weights dominate engine start-up. Prompts are token ids below this.
 TINY_VOCAB_SIZE = 4096
 
 
-# Loading Qwen's tokenizer takes seconds, more than the rest of a tiny engine's start-up; the engines these
-# tests build share one (the engine never changes its tokenizer).
-shared_tokenizer = functools.cache(load_tokenizer)
-
-
 def tiny_llm(**overrides) -> LLM:
-    with mock.patch("nvllm.engine.llm_engine.load_tokenizer", shared_tokenizer):
-        return LLM("tiny", enforce_eager=True, model__vocab_size=TINY_VOCAB_SIZE, **overrides)
+    return LLM("tiny", enforce_eager=True, model__vocab_size=TINY_VOCAB_SIZE, **overrides)
 
 
 def random_prompt(length: int, seed: int) -> list[int]:

@@ -11,6 +11,7 @@ from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.model_runner import ModelRunner
 from nvllm.engine.scheduler import Scheduler
 from nvllm.engine.sequence import Sequence
+from nvllm.models import model_class
 from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer import load_tokenizer
 
@@ -22,6 +23,7 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
+        model_class(config.model.architecture)  # an unsupported architecture fails before any loading
         start = time.perf_counter()
         self.tokenizer = load_tokenizer(config.model.path)
         self.model_runner = self._make_model_runner()
@@ -154,6 +156,8 @@ class LLMEngine:
             "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
             "prefill_tokens": self.num_prefill_tokens,
             "decode_tokens": self.num_decode_tokens,
+            "prefill_s": self.prefill_seconds,
+            "decode_s": self.decode_seconds,
             "prefill_tok_per_s": self.num_prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0,
             "decode_tok_per_s": self.num_decode_tokens / self.decode_seconds if self.decode_seconds else 0.0,
             **self.startup_timings,

@@ -66,7 +66,7 @@ class ModelRunner:
         self.max_blocks_per_seq = -(-config.scheduler.max_model_len // self.block_size)
         self.backend = resolve_backend(config.attention.backend, self.device)
         self.sampler = Sampler()
-        self.timings: dict[str, float] = {}
+        self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
 
         start = time.perf_counter()
         self.model = self._build_model()
