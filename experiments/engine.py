@@ -94,11 +94,13 @@ def throughput_line(metrics: dict) -> str:
 def report(metrics: dict) -> str:
     """The throughput line, start-up, memory and scheduling (results.json and wandb hold every metric)."""
     peak = metrics["peak_gpu_memory_gib"]
-    return "\n".join([
-        throughput_line(metrics),
-        f"Startup: {metrics['startup_s']:.1f}s (load {metrics['load_s']:.1f}s, "
-        f"compile {metrics['compile_s']:.1f}s, capture {metrics['capture_s']:.1f}s); peak GPU memory "
-        + (f"{peak:.2f} GiB" if peak is not None else "n/a (CPU)"),
-        f"KV blocks: {metrics['num_kv_blocks']}; preemptions: {metrics['num_preemptions']}; "
-        f"prefix-cache hit rate: {metrics['prefix_cache_hit_rate']:.1%}",
-    ])
+    return "\n".join(
+        [
+            throughput_line(metrics),
+            f"Startup: {metrics['startup_s']:.1f}s (load {metrics['load_s']:.1f}s, "
+            f"compile {metrics['compile_s']:.1f}s, capture {metrics['capture_s']:.1f}s); peak GPU memory "
+            + (f"{peak:.2f} GiB" if peak is not None else "n/a (CPU)"),
+            f"KV blocks: {metrics['num_kv_blocks']}; preemptions: {metrics['num_preemptions']}; "
+            f"prefix-cache hit rate: {metrics['prefix_cache_hit_rate']:.1%}",
+        ]
+    )

@@ -67,6 +67,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
         record(wandb_job, cfg, output_dir, name, metrics)
     print(report(metrics))
     latencies = [f"p{p} {metrics[f'token_latency_p{p}_ms']:.2f} ms" for p in PERCENTILES if token_s]
-    print(f"Time to first token: {metrics['time_to_first_token_ms']:.1f} ms; per-token latency: "
-          + (", ".join(latencies) or "n/a (a single token)"))
+    print(
+        f"Time to first token: {metrics['time_to_first_token_ms']:.1f} ms; per-token latency: "
+        + (", ".join(latencies) or "n/a (a single token)")
+    )
     return metrics

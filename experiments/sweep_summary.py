@@ -31,13 +31,15 @@ def collect_rows(sweep_dir: Path) -> list[dict]:
     for path in sweep_dir.rglob("results.json"):
         results = json.loads(path.read_text())
         config = OmegaConf.create(results["config"])
-        rows.append({
-            "job": str(path.parent.relative_to(sweep_dir)),
-            "name": results["name"],
-            BLOCK_SIZE: OmegaConf.select(config, BLOCK_SIZE),
-            BATCH_BUDGET: OmegaConf.select(config, BATCH_BUDGET),
-            **results["metrics"],
-        })
+        rows.append(
+            {
+                "job": str(path.parent.relative_to(sweep_dir)),
+                "name": results["name"],
+                BLOCK_SIZE: OmegaConf.select(config, BLOCK_SIZE),
+                BATCH_BUDGET: OmegaConf.select(config, BATCH_BUDGET),
+                **results["metrics"],
+            }
+        )
     return sorted(rows, key=lambda row: (row[BLOCK_SIZE], row[BATCH_BUDGET], row["job"]))
 
 

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -25,7 +25,7 @@ class ModelConfig:
     """The architecture (HF `config.json` names) plus where its weights come from."""
 
     name: str = "qwen3-0.6b"
-    path: Optional[str] = None  # an HF checkpoint dir; None = seeded random weights of this architecture
+    path: str | None = None  # an HF checkpoint dir; None = seeded random weights of this architecture
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     architecture: str = "Qwen3ForCausalLM"
     vocab_size: int = 151936
@@ -46,7 +46,7 @@ class ModelConfig:
 class CacheConfig:
     block_size: int = 256
     gpu_memory_utilization: float = 0.9
-    num_blocks: Optional[int] = None  # None: as many as the memory budget allows
+    num_blocks: int | None = None  # None: as many as the memory budget allows
     cpu_memory_gib: float = 2.0  # the KV budget on the CPU, where there is no device memory to measure
     enable_prefix_caching: bool = True
 
@@ -99,9 +99,9 @@ class WorkloadConfig:
 
     num_seqs: int = 8
     input_len: int = 128  # random-token prompts only: text prompts have the length they have
-    min_input_len: Optional[int] = None
+    min_input_len: int | None = None
     output_len: int = 64
-    min_output_len: Optional[int] = None
+    min_output_len: int | None = None
     temperature: float = 0.6
     ignore_eos: bool = True
     seed: int = 0  # draws the prompt tokens and the lengths
@@ -112,8 +112,8 @@ class WorkloadConfig:
 class WandbConfig:
     project: str = "nvllm"
     mode: str = "offline"  # online | offline | disabled; conf/config.yaml reads $WANDB_MODE
-    group: Optional[str] = None
-    dir: Optional[str] = None
+    group: str | None = None
+    dir: str | None = None
 
 
 # nano-vLLM's keyword names (and our own flat names) → dotted config keys, for `LLM(path, **overrides)`.
@@ -160,7 +160,9 @@ def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelCo
     if hf.get("head_dim") is None:
         values["head_dim"] = hf["hidden_size"] // hf["num_attention_heads"]
     eos = hf.get("eos_token_id")
-    values["eos_token_id"] = eos[0] if isinstance(eos, list) else (eos if eos is not None else model.eos_token_id)
+    values["eos_token_id"] = (
+        eos[0] if isinstance(eos, list) else (eos if eos is not None else model.eos_token_id)
+    )
     return ModelConfig(**values)
 
 
@@ -204,7 +206,9 @@ def engine_config_from_run_config(cfg: Any) -> EngineConfig:
     if not isinstance(cfg, dict):  # resolve the engine's keys only: the others may name Hydra's runtime
         node = OmegaConf.create(cfg)
         cfg = {
-            key: OmegaConf.to_container(node[key], resolve=True) if OmegaConf.is_config(node[key]) else node[key]
+            key: OmegaConf.to_container(node[key], resolve=True)
+            if OmegaConf.is_config(node[key])
+            else node[key]
             for key in engine_keys
             if key in node
         }
@@ -227,7 +231,12 @@ def resolve_device(device: str) -> str:
 
 def validate(config: EngineConfig) -> None:
     """Every config error the engine can detect before it allocates anything, as one clear ValueError."""
-    model, cache, sched, tp = config.model, config.cache, config.scheduler, config.parallel.tensor_parallel_size
+    model, cache, sched, tp = (
+        config.model,
+        config.cache,
+        config.scheduler,
+        config.parallel.tensor_parallel_size,
+    )
     problems = []
     if model.dtype not in ("auto", "bfloat16", "float16", "float32"):
         problems.append(f"model.dtype={model.dtype!r} must be auto, bfloat16, float16 or float32")
@@ -263,7 +272,12 @@ def validate(config: EngineConfig) -> None:
             f"parallel.tensor_parallel_size={tp} must divide num_attention_heads={model.num_attention_heads} "
             f"and num_key_value_heads={model.num_key_value_heads}"
         )
-    if config.compile.mode not in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+    if config.compile.mode not in (
+        "default",
+        "reduce-overhead",
+        "max-autotune",
+        "max-autotune-no-cudagraphs",
+    ):
         problems.append(f"compile.mode={config.compile.mode!r} is not a torch.compile mode")
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))

@@ -1,5 +1,4 @@
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass
@@ -11,7 +10,7 @@ class SamplingParams:
     ignore_eos: bool = False
     top_k: int = -1
     top_p: float = 1.0
-    seed: Optional[int] = None  # a per-request seed makes this request's samples reproducible
+    seed: int | None = None  # a per-request seed makes this request's samples reproducible
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:

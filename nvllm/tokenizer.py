@@ -89,7 +89,9 @@ def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
     if path is None:
         return packaged_tokenizer(cache_dir())
     directory = Path(os.path.expanduser(path))
-    if not any((directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+    if not any(
+        (directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+    ):
         raise ValueError(f"model.path={path!r} has no tokenizer (tokenizer.json / tokenizer_config.json)")
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 

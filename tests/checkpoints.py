@@ -1,4 +1,4 @@
-"""Writing a seeded random Qwen3 checkpoint in Hugging Face's format, for parity tests against transformers."""
+"""A seeded random Qwen3 checkpoint in Hugging Face's format, for parity tests against transformers."""
 
 from __future__ import annotations
 
@@ -45,5 +45,7 @@ def write_checkpoint(directory: Path, preset: str = "tiny", seed: int = 0, num_f
         file = f"model-{i + 1:05d}-of-{num_files:05d}.safetensors"
         save_file({n: tensors[n] for n in shard}, str(directory / file))
         weight_map.update(dict.fromkeys(shard, file))
-    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
     return directory

@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
-
 from nvllm import LLM
 
 # The tiny preset with a smaller vocabulary: the LM head over Qwen's 152k tokens dominates a CPU step and
@@ -42,12 +40,14 @@ def recorded_steps(llm: LLM) -> Iterator[list[ScheduledStep]]:
 
     def spy():
         batch = schedule()
-        steps.append(ScheduledStep(
-            is_prefill=batch.is_prefill,
-            prompts=[tuple(seq.token_ids[: seq.num_prompt_tokens]) for seq in batch.seqs],
-            num_new_tokens=list(batch.num_new_tokens),
-            num_uncomputed_tokens=[seq.num_uncomputed_tokens for seq in batch.seqs],
-        ))
+        steps.append(
+            ScheduledStep(
+                is_prefill=batch.is_prefill,
+                prompts=[tuple(seq.token_ids[: seq.num_prompt_tokens]) for seq in batch.seqs],
+                num_new_tokens=list(batch.num_new_tokens),
+                num_uncomputed_tokens=[seq.num_uncomputed_tokens for seq in batch.seqs],
+            )
+        )
         return batch
 
     scheduler.schedule = spy

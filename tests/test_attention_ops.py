@@ -20,8 +20,9 @@ def dense_causal_attention(query, key, value, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), value)
 
 
-def run_paged_batch(cases, block_size, backend="torch", device="cpu", dtype=torch.float32, seed=0,
-                    head_dim=HEAD_DIM):
+def run_paged_batch(
+    cases, block_size, backend="torch", device="cpu", dtype=torch.float32, seed=0, head_dim=HEAD_DIM
+):
     """cases: (num_cached, num_new) per sequence. Writes the cached part in one call, the new part in the
     batched call, like the engine; returns (paged output, dense reference)."""
     generator = torch.Generator().manual_seed(seed)
@@ -55,16 +56,24 @@ def run_paged_batch(cases, block_size, backend="torch", device="cpu", dtype=torc
     value_new = torch.cat([r[3][1] for r in references])
     slot_mapping = torch.cat(slots + [torch.tensor([-1, -1])]).to(device)  # two padded tokens write nothing
     pad = torch.zeros(2, NUM_KV_HEADS, head_dim, device=device, dtype=dtype)
-    torch.ops.nvllm.store_kvcache(torch.cat([key_new, pad]), torch.cat([value_new, pad]), k_cache, v_cache,
-                                  slot_mapping, backend)
+    torch.ops.nvllm.store_kvcache(
+        torch.cat([key_new, pad]), torch.cat([value_new, pad]), k_cache, v_cache, slot_mapping, backend
+    )
     out = torch.ops.nvllm.attention(
-        torch.cat(queries), k_cache, v_cache,
+        torch.cat(queries),
+        k_cache,
+        v_cache,
         torch.tensor(cu_seqlens, dtype=torch.int32, device=device),
         torch.tensor(seqlens_k, dtype=torch.int32, device=device),
         torch.tensor(tables, dtype=torch.int32, device=device),
-        max(n for _, n in cases), max(seqlens_k), scale, backend,
+        max(n for _, n in cases),
+        max(seqlens_k),
+        scale,
+        backend,
     )
-    reference = torch.cat([dense_causal_attention(q.float(), k.float(), v.float(), scale) for q, k, v, _ in references])
+    reference = torch.cat(
+        [dense_causal_attention(q.float(), k.float(), v.float(), scale) for q, k, v, _ in references]
+    )
     return out, reference
 
 
@@ -91,10 +100,13 @@ def test_padded_slots_write_nothing():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cases", [
-    [(0, 300), (256, 40), (700, 1), (5, 1), (0, 1), (512, 512)],  # mixed prefill / prefix / decode
-    [(c, 1) for c in (1, 255, 256, 257, 1000)],  # pure decode: the with_kvcache path
-])
+@pytest.mark.parametrize(
+    "cases",
+    [
+        [(0, 300), (256, 40), (700, 1), (5, 1), (0, 1), (512, 512)],  # mixed prefill / prefix / decode
+        [(c, 1) for c in (1, 255, 256, 257, 1000)],  # pure decode: the with_kvcache path
+    ],
+)
 def test_flash_attn_backend_matches_torch_backend_on_gpu(cases):
     pytest.importorskip("flash_attn")
     settings = dict(device="cuda", dtype=torch.bfloat16, head_dim=128)  # the trimmed build serves 128 only

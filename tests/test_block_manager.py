@@ -245,8 +245,9 @@ def llm():
 
 @pytest.fixture(scope="module")
 def uncached_llm():
-    with tiny_llm(kvcache_block_size=BLOCK_SIZE, num_kvcache_blocks=64, max_model_len=64,
-                  enable_prefix_caching=False) as engine:
+    with tiny_llm(
+        kvcache_block_size=BLOCK_SIZE, num_kvcache_blocks=64, max_model_len=64, enable_prefix_caching=False
+    ) as engine:
         yield engine
 
 

@@ -10,7 +10,9 @@ PROMPTS = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
 
 def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
-    settings = dict(kvcache_block_size=16, num_kvcache_blocks=64, max_num_batched_tokens=32, max_model_len=128)
+    settings = dict(
+        kvcache_block_size=16, num_kvcache_blocks=64, max_num_batched_tokens=32, max_model_len=128
+    )
     with LLM("tiny", enforce_eager=True, **settings) as eager:
         expected = eager.generate(PROMPTS, params, use_tqdm=False)
         eager_runner = eager.model_runner

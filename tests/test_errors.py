@@ -46,15 +46,24 @@ def assert_still_serves(llm, expected):
         (torch.tensor([5, 6]), 4, r"token ids must be integers, got \[tensor\(5\), tensor\(6\)\]"),
         (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7"),
     ],
-    ids=["too-long", "empty-text", "empty-ids", "negative-id", "id-past-vocab", "float-id", "tensor-ids",
-         "more-kv-than-cache"],
+    ids=[
+        "too-long",
+        "empty-text",
+        "empty-ids",
+        "negative-id",
+        "id-past-vocab",
+        "float-id",
+        "tensor-ids",
+        "more-kv-than-cache",
+    ],
 )
 def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message):
     prefill_before = llm.num_prefill_tokens
     with pytest.raises(ValueError, match=message):
         # the good prompt first: nothing may be queued or run until every request is checked
-        llm.generate([GOOD_PROMPTS[0], prompt], SamplingParams(temperature=0, max_tokens=max_tokens),
-                     use_tqdm=False)
+        llm.generate(
+            [GOOD_PROMPTS[0], prompt], SamplingParams(temperature=0, max_tokens=max_tokens), use_tqdm=False
+        )
     assert llm.num_prefill_tokens == prefill_before
     assert_still_serves(llm, expected)
 

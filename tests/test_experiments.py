@@ -20,12 +20,27 @@ from nvllm import LLM, SamplingParams
 from nvllm.run import compose_config
 
 TINY = ["model=tiny", "compile=eager", "cache.block_size=16", "cache.num_blocks=256", "wandb.mode=offline"]
-SMALL_WORKLOAD = ["workload.num_seqs=3", "workload.input_len=24", "workload.min_input_len=8",
-                  "workload.output_len=6", "workload.min_output_len=2"]
+SMALL_WORKLOAD = [
+    "workload.num_seqs=3",
+    "workload.input_len=24",
+    "workload.min_input_len=8",
+    "workload.output_len=6",
+    "workload.min_output_len=2",
+]
 BENCH_METRICS = {
-    "output_tokens", "wall_s", "output_tok_per_s", "prefill_tok_per_s", "decode_tok_per_s",
-    "startup_s", "load_s", "compile_s", "capture_s", "peak_gpu_memory_gib",
-    "num_kv_blocks", "num_preemptions", "prefix_cache_hit_rate",
+    "output_tokens",
+    "wall_s",
+    "output_tok_per_s",
+    "prefill_tok_per_s",
+    "decode_tok_per_s",
+    "startup_s",
+    "load_s",
+    "compile_s",
+    "capture_s",
+    "peak_gpu_memory_gib",
+    "num_kv_blocks",
+    "num_preemptions",
+    "prefix_cache_hit_rate",
 }
 PNG_MAGIC = b"\x89PNG"
 
@@ -79,8 +94,15 @@ def test_bench_reports_writes_and_logs(tmp_path, capsys):
 
 
 def test_latency_times_every_token(tmp_path):
-    cfg = compose_config(["+experiment=latency", *TINY, "wandb.mode=disabled", "workload.input_len=16",
-                          "workload.output_len=8"])
+    cfg = compose_config(
+        [
+            "+experiment=latency",
+            *TINY,
+            "wandb.mode=disabled",
+            "workload.input_len=16",
+            "workload.output_len=8",
+        ]
+    )
     metrics = latency.run(cfg, tmp_path)
     assert metrics["output_tokens"] == 8 and metrics["time_to_first_token_ms"] > 0
     p50, p90, p99 = (metrics[f"token_latency_p{p}_ms"] for p in (50, 90, 99))
@@ -92,10 +114,12 @@ def test_sweep_summary_tabulates_and_plots(tmp_path):
         config = {"cache": {"block_size": block_size}, "scheduler": {"max_num_batched_tokens": budget}}
         metrics = {"output_tok_per_s": block_size + budget / 10, "num_preemptions": None}
         (tmp_path / str(job)).mkdir()
-        (tmp_path / str(job) / "results.json").write_text(json.dumps({"name": f"job{job}", "config": config,
-                                                                      "metrics": metrics}))
-    config = compose_config(["+experiment=sweep", "wandb.mode=offline", f"hydra.sweep.dir={tmp_path}"],
-                            return_hydra_config=True)
+        (tmp_path / str(job) / "results.json").write_text(
+            json.dumps({"name": f"job{job}", "config": config, "metrics": metrics})
+        )
+    config = compose_config(
+        ["+experiment=sweep", "wandb.mode=offline", f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True
+    )
     try:
         SweepSummary().on_multirun_end(config)
     finally:
@@ -113,8 +137,16 @@ def test_sweep_summary_tabulates_and_plots(tmp_path):
 def test_sweep_runs_every_job_and_summarises(tmp_path):
     sweep_dir = tmp_path / "sweep"
     grid = ["cache.block_size=16,32", "scheduler.max_num_batched_tokens=64,128"]
-    command = [sys.executable, "-m", "nvllm.run", "+experiment=sweep", *TINY, *SMALL_WORKLOAD, *grid,
-               f"hydra.sweep.dir={sweep_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "nvllm.run",
+        "+experiment=sweep",
+        *TINY,
+        *SMALL_WORKLOAD,
+        *grid,
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     # one thread per process: a shared CPU makes OpenMP's spinning threads an order of magnitude slower
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -159,8 +191,11 @@ def mapped_shared_memory(pids: set[int]) -> set[str]:
             maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
-        segments |= {"/dev/shm/" + line.split("/dev/shm/")[1].removesuffix(" (deleted)")
-                     for line in maps.splitlines() if "/dev/shm/" in line}
+        segments |= {
+            "/dev/shm/" + line.split("/dev/shm/")[1].removesuffix(" (deleted)")
+            for line in maps.splitlines()
+            if "/dev/shm/" in line
+        }
     return segments
 
 
@@ -185,8 +220,13 @@ def test_engines_release_everything(tensor_parallel_size):
     children_before = engine_child_pids()
     segments, rss_after_engine = set(), []
     for _ in range(3):
-        with LLM("tiny", enforce_eager=True, kvcache_block_size=16, num_kvcache_blocks=64,
-                 tensor_parallel_size=tensor_parallel_size) as llm:
+        with LLM(
+            "tiny",
+            enforce_eager=True,
+            kvcache_block_size=16,
+            num_kvcache_blocks=64,
+            tensor_parallel_size=tensor_parallel_size,
+        ) as llm:
             llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
             segments |= mapped_shared_memory({os.getpid(), *child_pids()})
         del llm

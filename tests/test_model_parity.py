@@ -21,8 +21,14 @@ def hf_model(tiny_checkpoint):
 
 @pytest.fixture(scope="module")
 def llm(tiny_checkpoint):
-    with LLM(str(tiny_checkpoint), enforce_eager=True, kvcache_block_size=4, num_kvcache_blocks=256,
-             max_num_batched_tokens=64, max_model_len=64) as engine:
+    with LLM(
+        str(tiny_checkpoint),
+        enforce_eager=True,
+        kvcache_block_size=4,
+        num_kvcache_blocks=256,
+        max_num_batched_tokens=64,
+        max_model_len=64,
+    ) as engine:
         yield engine
 
 
@@ -63,8 +69,14 @@ def test_prefill_and_decode_logits_match_transformers(llm, hf_model):
 def test_chunked_prefill_logits_match_transformers(tiny_checkpoint, hf_model):
     """A 40-token prompt through a 16-token budget: three chunks, the later ones attending to the cache."""
     prompt = list(range(2000, 2040))
-    with LLM(str(tiny_checkpoint), enforce_eager=True, kvcache_block_size=4, num_kvcache_blocks=64,
-             max_num_batched_tokens=16, max_model_len=64) as engine:
+    with LLM(
+        str(tiny_checkpoint),
+        enforce_eager=True,
+        kvcache_block_size=4,
+        num_kvcache_blocks=64,
+        max_num_batched_tokens=16,
+        max_model_len=64,
+    ) as engine:
         seq = engine.add_request(prompt, SamplingParams(max_tokens=1, temperature=0))
         num_steps, logits = 0, None
         while not engine.is_finished():
@@ -77,10 +89,13 @@ def test_chunked_prefill_logits_match_transformers(tiny_checkpoint, hf_model):
 
 def test_greedy_generation_equals_transformers_generate(llm, hf_model):
     prompts = PROMPTS + [[42] * 9, list(range(30000, 30050, 3))]
-    outputs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True), use_tqdm=False)
+    outputs = llm.generate(
+        prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True), use_tqdm=False
+    )
     for prompt, output in zip(prompts, outputs):
-        expected = hf_model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
-                                     eos_token_id=None)[0, len(prompt):].tolist()
+        expected = hf_model.generate(
+            torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None
+        )[0, len(prompt) :].tolist()
         assert output["token_ids"] == expected
         assert output["text"] == llm.tokenizer.decode(expected)
     assert len({tuple(o["token_ids"]) for o in outputs}) == len(prompts)  # the model does depend on its input

@@ -100,8 +100,12 @@ def test_a_value_of_the_wrong_type_is_rejected_by_name(override):
 
 @pytest.mark.parametrize(
     "override, key",
-    [("scheduler.policy=lifo", "scheduler.policy"), ("cache.block_size=0", "cache.block_size"),
-     ("workload.min_input_len=2000", "workload.min_input_len"), ("workload.num_seqs=0", "workload.num_seqs")],
+    [
+        ("scheduler.policy=lifo", "scheduler.policy"),
+        ("cache.block_size=0", "cache.block_size"),
+        ("workload.min_input_len=2000", "workload.min_input_len"),
+        ("workload.num_seqs=0", "workload.num_seqs"),
+    ],
 )
 def test_an_invalid_value_is_rejected_by_name(override, key):
     cfg = compose_config([override])

@@ -132,8 +132,12 @@ def test_request_seed_reproduces_tokens_in_any_batch(llm):
     alone = llm.generate([prompt], seeded, use_tqdm=False)[0]
     batched = llm.generate(
         [others[0], prompt, others[1], prompt],
-        [SamplingParams(temperature=1.0, max_tokens=8), seeded,
-         SamplingParams(temperature=0, max_tokens=3), SamplingParams(temperature=1.0, max_tokens=8, seed=8)],
+        [
+            SamplingParams(temperature=1.0, max_tokens=8),
+            seeded,
+            SamplingParams(temperature=0, max_tokens=3),
+            SamplingParams(temperature=1.0, max_tokens=8, seed=8),
+        ],
         use_tqdm=False,
     )
     assert batched[1] == alone

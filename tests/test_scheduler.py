@@ -31,14 +31,17 @@ def reference():
 @pytest.fixture(scope="module")
 def expected(reference):
     """Each prompt generated alone, with a budget and a cache that never constrain it."""
-    return [reference.generate([prompt], params, use_tqdm=False)[0]
-            for prompt, params in zip(PROMPTS, PARAMS, strict=True)]
+    return [
+        reference.generate([prompt], params, use_tqdm=False)[0]
+        for prompt, params in zip(PROMPTS, PARAMS, strict=True)
+    ]
 
 
 @pytest.fixture(scope="module")
 def small_budget():
-    with engine(num_kvcache_blocks=256, max_num_batched_tokens=SMALL_BUDGET,
-                max_num_seqs=SMALL_MAX_SEQS) as llm:
+    with engine(
+        num_kvcache_blocks=256, max_num_batched_tokens=SMALL_BUDGET, max_num_seqs=SMALL_MAX_SEQS
+    ) as llm:
         yield llm
 
 
@@ -120,8 +123,10 @@ def test_chunking_preemption_and_prefix_hits_together(reference):
     shared = random_prompt(20, seed=500)
     shapes = [(20, 5), (12, 9), (20, 1), (8, 14), (0, 11), (16, 3)]  # (shared prefix, own tokens)
     prompts = [shared[:n] + random_prompt(m, seed=501 + i) for i, (n, m) in enumerate(shapes)]
-    params = [SamplingParams(temperature=0.8, top_k=50, seed=seed, max_tokens=4 + 2 * seed)
-              for seed in range(len(shapes))]
+    params = [
+        SamplingParams(temperature=0.8, top_k=50, seed=seed, max_tokens=4 + 2 * seed)
+        for seed in range(len(shapes))
+    ]
     alone = [reference.generate([p], sp, use_tqdm=False)[0] for p, sp in zip(prompts, params, strict=True)]
     with engine(num_kvcache_blocks=14, max_num_batched_tokens=8, max_num_seqs=4) as llm:
         outputs = llm.generate(prompts, params, use_tqdm=False)

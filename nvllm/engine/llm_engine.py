@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import numbers
 import time
 from collections.abc import Sequence as SequenceLike
@@ -14,6 +15,8 @@ from nvllm.engine.sequence import Sequence
 from nvllm.models import model_class
 from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer import load_tokenizer
+
+logger = logging.getLogger("nvllm")
 
 Prompt = str | list[int]
 
@@ -32,8 +35,23 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
         self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
+        self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.prefill_seconds = self.decode_seconds = 0.0
+
+    def _log_startup(self) -> None:
+        blocks, block_size = self.block_manager.num_blocks, self.config.cache.block_size
+        max_len = self.config.scheduler.max_model_len
+        timings = ", ".join(f"{name[:-2]} {seconds:.1f}s" for name, seconds in self.startup_timings.items())
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%d tokens; %d sequences of max_model_len=%d at once); %s",
+            blocks,
+            block_size,
+            blocks * block_size,
+            blocks // self.block_manager.blocks_for(max_len),
+            max_len,
+            timings,
+        )
 
     def _make_model_runner(self):
         if self.config.parallel.tensor_parallel_size > 1:
@@ -64,12 +82,15 @@ class LLMEngine:
             raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab_size})")
         max_model_len = self.config.scheduler.max_model_len
         if len(token_ids) > max_model_len:
-            raise ValueError(f"prompt of {len(token_ids)} tokens is longer than max_model_len={max_model_len}")
-        longest = min(len(token_ids) + params.max_tokens, max_model_len)
-        if self.block_manager.blocks_for(longest) > self.block_manager.num_blocks:
             raise ValueError(
-                f"a request of up to {longest} tokens needs {self.block_manager.blocks_for(longest)} KV blocks "
-                f"but the cache has {self.block_manager.num_blocks}: raise cache.num_blocks or the memory budget"
+                f"prompt of {len(token_ids)} tokens is longer than max_model_len={max_model_len}"
+            )
+        longest = min(len(token_ids) + params.max_tokens, max_model_len)
+        blocks_needed, num_blocks = self.block_manager.blocks_for(longest), self.block_manager.num_blocks
+        if blocks_needed > num_blocks:
+            raise ValueError(
+                f"a request of up to {longest} tokens needs {blocks_needed} KV blocks but the cache has "
+                f"{num_blocks}: raise cache.num_blocks or the memory budget"
             )
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
@@ -137,15 +158,18 @@ class LLMEngine:
 
     def _run_until_done(self, num_requests: int, use_tqdm: bool) -> None:
         progress = tqdm(total=num_requests, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
-        prefill_tokens, prefill_s = self.num_prefill_tokens, self.prefill_seconds
-        decode_tokens, decode_s = self.num_decode_tokens, self.decode_seconds
+        start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
+
+        def rate(tokens: int, seconds: float) -> str:
+            return f"{tokens / max(seconds, 1e-9):.0f}tok/s"
+
         with progress:
             while not self.is_finished():
                 finished = self.step()
                 progress.update(len(finished))
                 progress.set_postfix(
-                    prefill=f"{(self.num_prefill_tokens - prefill_tokens) / max(self.prefill_seconds - prefill_s, 1e-9):.0f}tok/s",
-                    decode=f"{(self.num_decode_tokens - decode_tokens) / max(self.decode_seconds - decode_s, 1e-9):.0f}tok/s",
+                    prefill=rate(self.num_prefill_tokens - start[0], self.prefill_seconds - start[1]),
+                    decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
                     refresh=False,
                 )
 
@@ -158,7 +182,9 @@ class LLMEngine:
             "decode_tokens": self.num_decode_tokens,
             "prefill_s": self.prefill_seconds,
             "decode_s": self.decode_seconds,
-            "prefill_tok_per_s": self.num_prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0,
+            "prefill_tok_per_s": self.num_prefill_tokens / self.prefill_seconds
+            if self.prefill_seconds
+            else 0.0,
             "decode_tok_per_s": self.num_decode_tokens / self.decode_seconds if self.decode_seconds else 0.0,
             **self.startup_timings,
         }

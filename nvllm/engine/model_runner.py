@@ -73,9 +73,13 @@ class ModelRunner:
         self.timings["load_s"] = time.perf_counter() - start
         self.num_blocks = self._allocate_kv_cache()
         self.use_cuda_graphs = (
-            config.compile.enabled and self.device.startswith("cuda") and config.compile.mode == "reduce-overhead"
+            config.compile.enabled
+            and self.device.startswith("cuda")
+            and config.compile.mode == "reduce-overhead"
         )
-        self.decode_batch_sizes = capture_sizes(min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size))
+        self.decode_batch_sizes = capture_sizes(
+            min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size)
+        )
         self._compile()
 
     # ---- construction -------------------------------------------------------------------------------
@@ -122,7 +126,8 @@ class ModelRunner:
             num_blocks = min(int(cache.cpu_memory_gib * 2**30) // self._kv_bytes_per_block(), useful)
         num_blocks = min_over_ranks(num_blocks, self.device)
         if num_blocks < 1:
-            raise ValueError(f"no memory left for the KV cache (cache.gpu_memory_utilization={cache.gpu_memory_utilization})")
+            utilization = cache.gpu_memory_utilization
+            raise ValueError(f"no memory left for the KV cache (cache.gpu_memory_utilization={utilization})")
         # one tensor per layer and per K/V, not views of one big tensor: compiled graphs then see
         # independent inputs that they mutate in place, with no aliasing between them to untangle
         for layer in self._attention_layers():
@@ -135,7 +140,9 @@ class ModelRunner:
         """Blocks that fit in `gpu_memory_utilization` of the GPU once the weights and the activations of a
         full-budget prefill (measured by running one) are accounted for."""
         layers = self._attention_layers()
-        scratch = torch.zeros(1, self.block_size, layers[0].num_kv_heads, layers[0].head_dim, dtype=self.dtype)
+        scratch = torch.zeros(
+            1, self.block_size, layers[0].num_kv_heads, layers[0].head_dim, dtype=self.dtype
+        )
         for layer in layers:
             layer.k_cache = layer.v_cache = scratch.to(self.device)
         torch.cuda.empty_cache()
@@ -189,7 +196,9 @@ class ModelRunner:
     def _dummy_prefill_inputs(self, min_tokens: bool = False) -> StepInputs:
         """Sequences of one block each (all reading block 0), `max_num_batched_tokens` tokens in all."""
         total = 2 * self.block_size if min_tokens else self.config.scheduler.max_num_batched_tokens
-        lengths = [self.block_size] * (total // self.block_size) + ([total % self.block_size] if total % self.block_size else [])
+        lengths = [self.block_size] * (total // self.block_size) + (
+            [total % self.block_size] if total % self.block_size else []
+        )
         lengths = padded(lengths, 2, 0)
         cu_seqlens = np.concatenate([[0], np.cumsum(lengths)])
         return StepInputs(
@@ -248,14 +257,20 @@ class ModelRunner:
         block_tables = [padded(seq.block_table, width, 0) for seq in batch.seqs]
         return StepInputs(
             input_ids=torch.tensor(padded(input_ids, num_tokens, 0), dtype=torch.int64),
-            positions=torch.tensor(padded(np.concatenate(positions).tolist(), num_tokens, 0), dtype=torch.int64),
-            slot_mapping=torch.tensor(padded(np.concatenate(slots).tolist(), num_tokens, -1), dtype=torch.int64),
+            positions=torch.tensor(
+                padded(np.concatenate(positions).tolist(), num_tokens, 0), dtype=torch.int64
+            ),
+            slot_mapping=torch.tensor(
+                padded(np.concatenate(slots).tolist(), num_tokens, -1), dtype=torch.int64
+            ),
             cu_seqlens_q=torch.tensor(padded(cu_seqlens, num_seqs + 1, cu_seqlens[-1]), dtype=torch.int32),
             seqlens_k=torch.tensor(padded(seqlens_k, num_seqs, 0), dtype=torch.int32),
             block_tables=torch.tensor(padded(block_tables, num_seqs, [0] * width), dtype=torch.int32),
             max_seqlen_q=max(2, *batch.num_new_tokens),  # an upper bound; 1 would mean a decode batch
             max_seqlen_k=max(2, *seqlens_k),
-            logits_indices=torch.tensor(padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64),
+            logits_indices=torch.tensor(
+                padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64
+            ),
             is_prefill=True,
         )
 
@@ -269,13 +284,17 @@ class ModelRunner:
         `max_seqlen_k` fixed at `max_model_len`, so that only the batch size ever changes a graph."""
         size = self._decode_batch_size(len(batch.seqs))
         positions = [len(seq) - 1 for seq in batch.seqs]
-        slots = [seq.block_table[p // self.block_size] * self.block_size + p % self.block_size
-                 for seq, p in zip(batch.seqs, positions)]
+        slots = [
+            seq.block_table[p // self.block_size] * self.block_size + p % self.block_size
+            for seq, p in zip(batch.seqs, positions)
+        ]
         block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
         for row, seq in enumerate(batch.seqs):
             block_tables[row, : len(seq.block_table)] = seq.block_table
         return StepInputs(
-            input_ids=torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0), dtype=torch.int64),
+            input_ids=torch.tensor(
+                padded([seq.last_token for seq in batch.seqs], size, 0), dtype=torch.int64
+            ),
             positions=torch.tensor(padded(positions, size, 0), dtype=torch.int64),
             slot_mapping=torch.tensor(padded(slots, size, -1), dtype=torch.int64),
             cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
@@ -300,7 +319,12 @@ class ModelRunner:
             max_seqlen_q=inputs.max_seqlen_q,
             max_seqlen_k=inputs.max_seqlen_k,
         )
-        args = (on_device(inputs.input_ids), on_device(inputs.positions), meta, on_device(inputs.logits_indices))
+        args = (
+            on_device(inputs.input_ids),
+            on_device(inputs.positions),
+            meta,
+            on_device(inputs.logits_indices),
+        )
         if not compiled or (inputs.is_prefill and self._prefill_forward is self.model):
             return self.model(*args)
         if inputs.is_prefill:
@@ -321,8 +345,11 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> list[int]:
         """One step for `batch`: the next token of each sequence that has no uncomputed tokens left."""
         logits = self.execute(self.prepare(batch))
-        sampling = [(seq.sampling_params, seq.generator) for seq, num_new in zip(batch.seqs, batch.num_new_tokens)
-                    if seq.num_computed_tokens + num_new == len(seq)]
+        sampling = [
+            (seq.sampling_params, seq.generator)
+            for seq, num_new in zip(batch.seqs, batch.num_new_tokens)
+            if seq.num_computed_tokens + num_new == len(seq)
+        ]
         if not sampling:
             return []
         params, generators = zip(*sampling)

@@ -63,11 +63,14 @@ def unpack_inputs(fields: dict[str, Any]) -> StepInputs:
     block_tables = np.zeros((used.shape[0], width), dtype=np.int32)  # columns past a sequence are never read
     block_tables[:, : used.shape[1]] = used
     fields = {**fields, "block_tables": (block_tables, dtype)}
-    return StepInputs(**{
-        name: torch.from_numpy(value[0]).to(getattr(torch, value[1].removeprefix("torch.")))
-        if isinstance(value, tuple) else value
-        for name, value in fields.items()
-    })
+    return StepInputs(
+        **{
+            name: torch.from_numpy(value[0]).to(getattr(torch, value[1].removeprefix("torch.")))
+            if isinstance(value, tuple)
+            else value
+            for name, value in fields.items()
+        }
+    )
 
 
 def _worker_main(

@@ -29,7 +29,12 @@ class Attention(nn.Module):
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        self.num_heads, self.num_kv_heads, self.head_dim, self.scale = (
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            scale,
+        )
         self.backend = "torch"
         self.register_buffer("k_cache", torch.empty(0), persistent=False)
         self.register_buffer("v_cache", torch.empty(0), persistent=False)

@@ -13,7 +13,9 @@ from nvllm.distributed import all_reduce, tp_rank, tp_size
 class VocabParallelEmbedding(nn.Module):
     def __init__(self, vocab_size: int, hidden_size: int):
         super().__init__()
-        assert vocab_size % tp_size() == 0, f"vocabulary of {vocab_size} does not split over {tp_size()} ranks"
+        assert vocab_size % tp_size() == 0, (
+            f"vocabulary of {vocab_size} does not split over {tp_size()} ranks"
+        )
         self.vocab_size = vocab_size
         self.shard_size = vocab_size // tp_size()
         self.shard_start = tp_rank() * self.shard_size

@@ -56,7 +56,9 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections in one matmul; each rank owns whole query heads and whole KV heads."""
 
-    def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
+    def __init__(
+        self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False
+    ):
         self.local_sizes = {
             "q": num_heads // tp_size() * head_dim,
             "k": num_kv_heads // tp_size() * head_dim,

@@ -19,7 +19,9 @@ class Sampler:
         if all(p.is_greedy for p in params):  # decided on the host: no device sync before sampling
             return logits.argmax(-1).tolist()
         greedy = torch.tensor([p.is_greedy for p in params]).to(logits.device, non_blocking=True)
-        temperatures = torch.tensor([p.temperature or 1.0 for p in params]).to(logits.device, non_blocking=True)
+        temperatures = torch.tensor([p.temperature or 1.0 for p in params]).to(
+            logits.device, non_blocking=True
+        )
         logits = logits / temperatures.unsqueeze(1)
         if any(p.top_k > 0 or p.top_p < 1 for p in params):
             logits = self._filter_top_k_top_p(logits, params)

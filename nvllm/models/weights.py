@@ -43,19 +43,21 @@ def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     shapes = {"model.embed_tokens.weight": (config.vocab_size, hidden), "model.norm.weight": (hidden,)}
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
-        shapes.update({
-            f"{prefix}.input_layernorm.weight": (hidden,),
-            f"{prefix}.post_attention_layernorm.weight": (hidden,),
-            f"{prefix}.self_attn.q_proj.weight": (q_size, hidden),
-            f"{prefix}.self_attn.k_proj.weight": (kv_size, hidden),
-            f"{prefix}.self_attn.v_proj.weight": (kv_size, hidden),
-            f"{prefix}.self_attn.o_proj.weight": (hidden, q_size),
-            f"{prefix}.self_attn.q_norm.weight": (head_dim,),
-            f"{prefix}.self_attn.k_norm.weight": (head_dim,),
-            f"{prefix}.mlp.gate_proj.weight": (config.intermediate_size, hidden),
-            f"{prefix}.mlp.up_proj.weight": (config.intermediate_size, hidden),
-            f"{prefix}.mlp.down_proj.weight": (hidden, config.intermediate_size),
-        })
+        shapes.update(
+            {
+                f"{prefix}.input_layernorm.weight": (hidden,),
+                f"{prefix}.post_attention_layernorm.weight": (hidden,),
+                f"{prefix}.self_attn.q_proj.weight": (q_size, hidden),
+                f"{prefix}.self_attn.k_proj.weight": (kv_size, hidden),
+                f"{prefix}.self_attn.v_proj.weight": (kv_size, hidden),
+                f"{prefix}.self_attn.o_proj.weight": (hidden, q_size),
+                f"{prefix}.self_attn.q_norm.weight": (head_dim,),
+                f"{prefix}.self_attn.k_norm.weight": (head_dim,),
+                f"{prefix}.mlp.gate_proj.weight": (config.intermediate_size, hidden),
+                f"{prefix}.mlp.up_proj.weight": (config.intermediate_size, hidden),
+                f"{prefix}.mlp.down_proj.weight": (hidden, config.intermediate_size),
+            }
+        )
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (config.vocab_size, hidden)
     return shapes
@@ -102,7 +104,9 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) 
             loader(param, tensor)
         else:
             if param.shape != tensor.shape:
-                raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}")
+                raise ValueError(
+                    f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}"
+                )
             param.data.copy_(tensor)
         loaded.add((name, None))
     is_packed = {n: [s for t, s in packed.values() if f".{t}." in n] for n in params}
@@ -111,4 +115,6 @@ def load_weights(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) 
     }
     missing = sorted(str(m) for m in expected - loaded)
     if missing:
-        raise ValueError(f"weights missing from the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+        raise ValueError(
+            f"weights missing from the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}"
+        )

@@ -38,7 +38,9 @@ def resolve_backend(requested: str, device: str) -> str:
     if requested == "auto":
         return "flash_attn" if device.startswith("cuda") and flash_attn_available() else "torch"
     if requested == "flash_attn" and not (device.startswith("cuda") and flash_attn_available()):
-        raise ValueError(f"attention.backend=flash_attn needs CUDA and the flash-attn package (device={device})")
+        raise ValueError(
+            f"attention.backend=flash_attn needs CUDA and the flash-attn package (device={device})"
+        )
     return requested
 
 
@@ -90,5 +92,7 @@ def attention(
 
 
 @attention.register_fake
-def _(query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale, backend):
+def _(
+    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale, backend
+):
     return torch.empty_like(query)

@@ -14,8 +14,15 @@ from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 @triton.jit
 def _store_kvcache_kernel(
-    key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
-    key_stride, value_stride, row_size, BLOCK: tl.constexpr,
+    key_ptr,
+    value_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    slot_mapping_ptr,
+    key_stride,
+    value_stride,
+    row_size,
+    BLOCK: tl.constexpr,
 ):
     token = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + token)
@@ -36,20 +43,42 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     for tensor in (key, value):
         assert tensor.stride(-1) == 1 and tensor.stride(-2) == head_dim, "K/V rows must be contiguous"
     _store_kvcache_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping, key.stride(0), value.stride(0), row_size,
+        key,
+        value,
+        k_cache,
+        v_cache,
+        slot_mapping,
+        key.stride(0),
+        value.stride(0),
+        row_size,
         BLOCK=triton.next_power_of_2(row_size),
     )
 
 
-def attention(query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale):
+def attention(
+    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+):
     if max_seqlen_q == 1:  # decode: one query per sequence
         out = flash_attn_with_kvcache(
-            query.unsqueeze(1), k_cache, v_cache,
-            cache_seqlens=seqlens_k, block_table=block_tables, softmax_scale=scale, causal=True,
+            query.unsqueeze(1),
+            k_cache,
+            v_cache,
+            cache_seqlens=seqlens_k,
+            block_table=block_tables,
+            softmax_scale=scale,
+            causal=True,
         )
         return out.squeeze(1)
     cu_seqlens_k = F.pad(seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
     return flash_attn_varlen_func(
-        query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-        softmax_scale=scale, causal=True, block_table=block_tables,
+        query,
+        k_cache,
+        v_cache,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=scale,
+        causal=True,
+        block_table=block_tables,
     )

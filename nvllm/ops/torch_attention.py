@@ -17,7 +17,9 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value[valid].to(v_cache.dtype))
 
 
-def attention(query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale):
+def attention(
+    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+):
     out = torch.zeros_like(query)
     block_size = k_cache.shape[1]
     starts = cu_seqlens_q.tolist()
