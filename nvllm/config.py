@@ -67,7 +67,8 @@ class ParallelConfig:
 
 @dataclass
 class CompileConfig:
-    enabled: bool = True
+    # None: compile on CUDA, run eager on the CPU (where compiling a full-size model takes minutes)
+    enabled: bool | None = None
     mode: str = "reduce-overhead"  # decode; prefill is compiled without CUDA graphs (dynamic token count)
     # Prefill is compute-bound and a small share of a run: compiling it gained ~1.6x on prefill alone but
     # costs a second compile at start-up (see README's measurements), so it is opt-in.

@@ -72,8 +72,10 @@ class ModelRunner:
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
         self.num_blocks = self._allocate_kv_cache()
+        enabled = config.compile.enabled
+        self.compile_enabled = self.device.startswith("cuda") if enabled is None else enabled
         self.use_cuda_graphs = (
-            config.compile.enabled
+            self.compile_enabled
             and self.device.startswith("cuda")
             and config.compile.mode == "reduce-overhead"
         )
@@ -162,7 +164,7 @@ class ModelRunner:
         self._prefill_forward = self._decode_forward = self.model
         self.decode_guards_checked = False
         compile_config = self.config.compile
-        if not compile_config.enabled:
+        if not self.compile_enabled:
             return
         start = time.perf_counter()
         model = self.model
