@@ -18,7 +18,7 @@ import torch.distributed as dist
 from nvllm import SamplingParams
 from nvllm.config import EngineConfig, engine_config_from_run_config
 from nvllm.distributed import tp_size
-from nvllm.engine.model_runner import StepInputs
+from nvllm.engine.step_inputs import StepInputs
 from nvllm.engine.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
 from nvllm.run import compose_config
 from tests.engine_utils import random_prompt, tiny_llm

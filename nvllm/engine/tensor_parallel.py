@@ -26,8 +26,9 @@ import torch.distributed as dist
 
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, tcp_store
-from nvllm.engine.model_runner import ModelRunner, StepInputs
+from nvllm.engine.model_runner import ModelRunner
 from nvllm.engine.shm_channel import ShmBroadcast, ShmReader
+from nvllm.engine.step_inputs import StepInputs
 
 SHUTDOWN = "shutdown"
 JOIN_TIMEOUT_S = 10.0

@@ -1,0 +1,163 @@
+"""A scheduled batch as the flat tensors the model takes, padded so that compiled graphs see few shapes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from nvllm.engine.scheduler import ScheduledBatch
+
+
+@dataclass
+class StepInputs:
+    """A step's model inputs, built on rank 0 (CPU tensors) and sent as they are to the other ranks."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    seqlens_k: torch.Tensor
+    block_tables: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    logits_indices: torch.Tensor | None  # None in decode: every row is a sequence's last token
+    is_prefill: bool
+
+
+def capture_sizes(max_batch_size: int) -> list[int]:
+    """Decode batch sizes that get a CUDA graph; a batch runs in the smallest one that holds it. Size 1 is
+    left out: dynamo specialises on it, which would cost a second compile."""
+    sizes = [2, 4, 8] + list(range(16, max_batch_size + 16, 16))
+    return sorted({min(size, max(max_batch_size, 2)) for size in sizes})
+
+
+def padded(values: list[int], size: int, fill: int) -> list[int]:
+    return values + [fill] * (size - len(values))
+
+
+class StepInputBuilder:
+    """Builds `StepInputs` on the host. Every size is padded to at least 2 (an empty sequence, a padded
+    token): dynamo specialises size-1 dimensions, which would cost another compile."""
+
+    def __init__(
+        self, block_size: int, max_model_len: int, max_num_batched_tokens: int, decode_batch_sizes: list[int]
+    ):
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        self.decode_batch_sizes = decode_batch_sizes  # empty: no CUDA graphs, decode batches stay as they are
+
+    def build(self, batch: ScheduledBatch) -> StepInputs:
+        return self.prefill(batch) if batch.is_prefill else self.decode(batch)
+
+    def dummy_prefill(self, min_tokens: bool = False) -> StepInputs:
+        """Sequences of one block each (all reading block 0), `max_num_batched_tokens` tokens in all."""
+        total = 2 * self.block_size if min_tokens else self.max_num_batched_tokens
+        lengths = [self.block_size] * (total // self.block_size) + (
+            [total % self.block_size] if total % self.block_size else []
+        )
+        lengths = padded(lengths, 2, 0)
+        cu_seqlens = np.concatenate([[0], np.cumsum(lengths)])
+        return StepInputs(
+            input_ids=torch.zeros(total, dtype=torch.int64),
+            positions=torch.cat([torch.arange(n) for n in lengths]),
+            slot_mapping=torch.full((total,), -1, dtype=torch.int64),
+            cu_seqlens_q=torch.tensor(cu_seqlens, dtype=torch.int32),
+            seqlens_k=torch.tensor(lengths, dtype=torch.int32),
+            block_tables=torch.zeros(len(lengths), 2, dtype=torch.int32),
+            max_seqlen_q=max(2, *lengths),
+            max_seqlen_k=max(2, *lengths),
+            logits_indices=torch.tensor(padded([int(c) - 1 for c in cu_seqlens[1:] if c > 0], 2, 0)),
+            is_prefill=True,
+        )
+
+    def dummy_decode(self, batch_size: int) -> StepInputs:
+        return StepInputs(
+            input_ids=torch.zeros(batch_size, dtype=torch.int64),
+            positions=torch.zeros(batch_size, dtype=torch.int64),
+            slot_mapping=torch.full((batch_size,), -1, dtype=torch.int64),
+            cu_seqlens_q=torch.arange(batch_size + 1, dtype=torch.int32),
+            seqlens_k=torch.ones(batch_size, dtype=torch.int32),
+            block_tables=torch.zeros(batch_size, self.max_blocks_per_seq, dtype=torch.int32),
+            max_seqlen_q=1,
+            max_seqlen_k=self.max_model_len,
+            logits_indices=None,
+            is_prefill=False,
+        )
+
+    def _slots(self, block_table: list[int], positions: np.ndarray) -> np.ndarray:
+        return np.asarray(block_table, dtype=np.int64)[positions // self.block_size] * self.block_size + (
+            positions % self.block_size
+        )
+
+    def prefill(self, batch: ScheduledBatch) -> StepInputs:
+        """Every size is padded to at least 2 (an empty sequence, a padded token) so that a compiled graph
+        never meets a size-1 dimension, which dynamo would specialise and compile again."""
+        input_ids, positions, slots, cu_seqlens, seqlens_k, logits_indices = [], [], [], [0], [], []
+        for seq, num_new in zip(batch.seqs, batch.num_new_tokens):
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + num_new
+            seq_positions = np.arange(start, end)
+            input_ids.extend(seq.token_ids[start:end])
+            positions.append(seq_positions)
+            slots.append(self._slots(seq.block_table, seq_positions))
+            cu_seqlens.append(cu_seqlens[-1] + num_new)
+            seqlens_k.append(end)
+            if end == len(seq):
+                logits_indices.append(cu_seqlens[-1] - 1)
+        num_tokens = max(len(input_ids), 2)
+        num_seqs = max(len(batch.seqs), 2)
+        width = max(2, max(len(seq.block_table) for seq in batch.seqs))
+        block_tables = [padded(seq.block_table, width, 0) for seq in batch.seqs]
+        return StepInputs(
+            input_ids=torch.tensor(padded(input_ids, num_tokens, 0), dtype=torch.int64),
+            positions=torch.tensor(
+                padded(np.concatenate(positions).tolist(), num_tokens, 0), dtype=torch.int64
+            ),
+            slot_mapping=torch.tensor(
+                padded(np.concatenate(slots).tolist(), num_tokens, -1), dtype=torch.int64
+            ),
+            cu_seqlens_q=torch.tensor(padded(cu_seqlens, num_seqs + 1, cu_seqlens[-1]), dtype=torch.int32),
+            seqlens_k=torch.tensor(padded(seqlens_k, num_seqs, 0), dtype=torch.int32),
+            block_tables=torch.tensor(padded(block_tables, num_seqs, [0] * width), dtype=torch.int32),
+            max_seqlen_q=max(2, *batch.num_new_tokens),  # an upper bound; 1 would mean a decode batch
+            max_seqlen_k=max(2, *seqlens_k),
+            logits_indices=torch.tensor(
+                padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64
+            ),
+            is_prefill=True,
+        )
+
+    def _decode_batch_size(self, num_seqs: int) -> int:
+        if not self.decode_batch_sizes or num_seqs > self.decode_batch_sizes[-1]:
+            return max(num_seqs, 2)
+        return next(size for size in self.decode_batch_sizes if size >= num_seqs)
+
+    def decode(self, batch: ScheduledBatch) -> StepInputs:
+        """Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and
+        `max_seqlen_k` fixed at `max_model_len`, so that only the batch size ever changes a graph."""
+        size = self._decode_batch_size(len(batch.seqs))
+        positions = [len(seq) - 1 for seq in batch.seqs]
+        slots = [
+            seq.block_table[p // self.block_size] * self.block_size + p % self.block_size
+            for seq, p in zip(batch.seqs, positions)
+        ]
+        block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
+        for row, seq in enumerate(batch.seqs):
+            block_tables[row, : len(seq.block_table)] = seq.block_table
+        return StepInputs(
+            input_ids=torch.tensor(
+                padded([seq.last_token for seq in batch.seqs], size, 0), dtype=torch.int64
+            ),
+            positions=torch.tensor(padded(positions, size, 0), dtype=torch.int64),
+            slot_mapping=torch.tensor(padded(slots, size, -1), dtype=torch.int64),
+            cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
+            seqlens_k=torch.tensor(padded([len(seq) for seq in batch.seqs], size, 0), dtype=torch.int32),
+            block_tables=torch.from_numpy(block_tables),
+            max_seqlen_q=1,
+            max_seqlen_k=self.max_model_len,
+            logits_indices=None,
+            is_prefill=False,
+        )
