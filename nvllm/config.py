@@ -74,6 +74,9 @@ class CompileConfig:
     # costs a second compile at start-up (see README's measurements), so it is opt-in.
     compile_prefill: bool = False
     max_capture_batch_size: int = 512  # decode batches above this run the prefill-style graph
+    # Who records decode's CUDA graphs: inductor (mode=reduce-overhead's graph trees) or manual (one
+    # torch.cuda.CUDAGraph per batch size around the model compiled without graphs, replayed without dynamo)
+    cuda_graphs: str = "inductor"
 
 
 @dataclass
@@ -273,6 +276,8 @@ def validate(config: EngineConfig) -> None:
             f"parallel.tensor_parallel_size={tp} must divide num_attention_heads={model.num_attention_heads} "
             f"and num_key_value_heads={model.num_key_value_heads}"
         )
+    if config.compile.cuda_graphs not in ("inductor", "manual"):
+        problems.append(f"compile.cuda_graphs={config.compile.cuda_graphs!r} must be inductor or manual")
     if config.compile.mode not in (
         "default",
         "reduce-overhead",

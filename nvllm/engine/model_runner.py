@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from nvllm.config import EngineConfig, resolve_device
 from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
+from nvllm.engine.cuda_graphs import DecodeGraphs
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.step_inputs import StepInputBuilder, StepInputs, capture_sizes
 from nvllm.layers.attention import Attention, AttentionMetadata
@@ -40,11 +41,15 @@ class ModelRunner:
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         enabled = config.compile.enabled
         self.compile_enabled = self.device.startswith("cuda") if enabled is None else enabled
+        # The torch backend syncs with the host inside attention: it cannot be captured in a CUDA graph.
+        manual_graphs = config.compile.cuda_graphs == "manual"
         self.use_cuda_graphs = (
             self.compile_enabled
             and self.device.startswith("cuda")
-            and config.compile.mode == "reduce-overhead"
+            and self.backend == "flash_attn"
+            and (config.compile.mode == "reduce-overhead" or manual_graphs)
         )
+        self.decode_graphs: DecodeGraphs | None = None
         max_graph_batch = min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size)
         self.decode_batch_sizes = capture_sizes(max_graph_batch) if self.use_cuda_graphs else []
         self.inputs = StepInputBuilder(
@@ -135,8 +140,9 @@ class ModelRunner:
         return int(budget // self._kv_bytes_per_block())
 
     def _compile(self) -> None:
-        """Prefill: compiled without CUDA graphs (token counts vary). Decode: compiled in the configured mode
-        (reduce-overhead = CUDA graphs), captured at start-up for every padded batch size."""
+        """Prefill: eager, or compiled without CUDA graphs (token counts vary). Decode: compiled in the
+        configured mode and captured at start-up for every padded batch size, by inductor's graph trees
+        (reduce-overhead) or by hand (`compile.cuda_graphs=manual`)."""
         self._prefill_forward = self._decode_forward = self.model
         self.decode_guards_checked = False
         compile_config = self.config.compile
@@ -157,12 +163,17 @@ class ModelRunner:
         if compile_config.compile_prefill:
             self._prefill_forward = torch.compile(prefill_forward, fullgraph=True, dynamic=True)
             self._run_model(self.inputs.dummy_prefill(min_tokens=True))
+        manual_graphs = self.use_cuda_graphs and compile_config.cuda_graphs == "manual"
         decode_mode = compile_config.mode if self.device.startswith("cuda") else "default"
+        if decode_mode == "reduce-overhead" and (manual_graphs or not self.use_cuda_graphs):
+            decode_mode = "default"  # graphs recorded by hand, or none possible: inductor adds none
         self._decode_forward = torch.compile(decode_forward, mode=decode_mode, fullgraph=True, dynamic=True)
         self._run_model(self.inputs.dummy_decode(2))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if self.use_cuda_graphs:
+        if manual_graphs:
+            self.decode_graphs = DecodeGraphs(self._decode_forward, self.inputs, self.device)
+        elif self.use_cuda_graphs:
             for batch_size in reversed(self.decode_batch_sizes):  # largest first: the others reuse its pool
                 for _ in range(2):  # the first run warms up, the second records
                     self._run_model(self.inputs.dummy_decode(batch_size))
@@ -196,6 +207,8 @@ class ModelRunner:
             return self.model(*args)
         if inputs.is_prefill:
             return self._prefill_forward(*args)
+        if self.decode_graphs is not None:
+            return self.decode_graphs.run(inputs)
         if self.use_cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         if not self.decode_guards_checked:
@@ -225,7 +238,7 @@ class ModelRunner:
     def shutdown(self) -> None:
         for layer in self._attention_layers():
             layer.k_cache = layer.v_cache = torch.empty(0)
-        self.model = self._prefill_forward = self._decode_forward = None
+        self.model = self._prefill_forward = self._decode_forward = self.decode_graphs = None
         if self.device.startswith("cuda"):
             torch.cuda.empty_cache()
         if self.config.parallel.tensor_parallel_size > 1:

@@ -1,0 +1,62 @@
+"""Decode CUDA graphs recorded by hand around the compiled model (`compile.cuda_graphs=manual`).
+
+Inductor's CUDA graph trees (`mode="reduce-overhead"`) replay through dynamo on every call: guards, the
+prologue that gathers every parameter as an input, the graph-tree bookkeeping — about 1 ms of host time
+per step on the H200 host (experiments/results/2026-11-29-h200-qwen3-0.6b.md), which a decode step of
+2-6 ms cannot hide. Here the model is compiled without graphs, run once per padded batch size to record a
+`torch.cuda.CUDAGraph`, and a step is: copy the inputs into static buffers, replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from nvllm.engine.step_inputs import StepInputBuilder, StepInputs
+from nvllm.layers.attention import AttentionMetadata
+
+STATIC_INPUTS = ("input_ids", "positions", "slot_mapping", "cu_seqlens_q", "seqlens_k", "block_tables")
+
+
+class DecodeGraphs:
+    @torch.inference_mode()
+    def __init__(self, forward: Callable, builder: StepInputBuilder, device: str):
+        largest = builder.dummy_decode(builder.decode_batch_sizes[-1])
+        self.static = {name: getattr(largest, name).to(device) for name in STATIC_INPUTS}
+        self.max_seqlen_k = largest.max_seqlen_k
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        pool = None
+        for size in reversed(builder.decode_batch_sizes):  # largest first: the others fit in its pool
+            args = self._arguments(size)
+            forward(*args)  # compiles (the first time) and warms up outside the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.logits[size] = forward(*args)
+            pool = graph.pool()
+            self.graphs[size] = graph
+        torch.cuda.synchronize()
+
+    def _arguments(self, size: int) -> tuple:
+        static = self.static
+        meta = AttentionMetadata(
+            slot_mapping=static["slot_mapping"][:size],
+            cu_seqlens_q=static["cu_seqlens_q"][: size + 1],
+            seqlens_k=static["seqlens_k"][:size],
+            block_tables=static["block_tables"][:size],
+            max_seqlen_q=1,
+            max_seqlen_k=self.max_seqlen_k,
+        )
+        return static["input_ids"][:size], static["positions"][:size], meta, None
+
+    def run(self, inputs: StepInputs) -> torch.Tensor:
+        """Logits of a decode batch already padded to a captured size. They live in the graphs' shared
+        pool: valid until the next replay."""
+        size = inputs.input_ids.shape[0]
+        for name in STATIC_INPUTS:
+            source = getattr(inputs, name)
+            self.static[name][: source.shape[0]].copy_(source, non_blocking=True)
+        self.graphs[size].replay()
+        return self.logits[size]
