@@ -1,6 +1,15 @@
 """nvllm: an offline inference engine for Qwen3 models."""
 
-from nvllm.llm import LLM
 from nvllm.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: tensor-parallel workers import this package too, and need neither the
+    # tokenizer nor transformers that `LLM` brings in (seconds of start-up per worker).
+    if name == "LLM":
+        from nvllm.llm import LLM
+
+        return LLM
+    raise AttributeError(f"module 'nvllm' has no attribute {name!r}")
