@@ -37,11 +37,7 @@ def warm_up(llm: LLM) -> None:
 def _phase_totals(llm: LLM) -> dict[str, tuple[int, float]]:
     """Tokens and seconds per phase over the engine's life, from its per-step accounting."""
     stats = llm.stats()
-    totals = {}
-    for phase in ("prefill", "decode"):
-        tokens, rate = stats[f"{phase}_tokens"], stats[f"{phase}_tok_per_s"]
-        totals[phase] = (tokens, tokens / rate if rate else 0.0)
-    return totals
+    return {phase: (stats[f"{phase}_tokens"], stats[f"{phase}_s"]) for phase in ("prefill", "decode")}
 
 
 @contextmanager
@@ -74,8 +70,8 @@ def engine_metrics(llm: LLM) -> dict:
     return {
         "startup_s": stats["startup_s"],
         "load_s": stats["load_s"],
-        "compile_s": stats.get("compile_s", 0.0),  # absent when compile is off
-        "capture_s": stats.get("capture_s", 0.0),
+        "compile_s": stats["compile_s"],
+        "capture_s": stats["capture_s"],
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if _on_cuda(llm) else None,
         "num_kv_blocks": stats["num_kv_blocks"],
         "num_preemptions": stats["num_preemptions"],
