@@ -15,8 +15,26 @@ PROMPTS = [list(range(100 + i, 100 + i + n)) for i, n in enumerate([5, 37, 128, 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
 
-def leading_agreement(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+def assert_greedy_path(hf_model, prompt: list[int], generated: list[int], slack: float = 0.6) -> None:
+    """Every generated token is a greedy choice of transformers' fp32 model given what precedes it, up to
+    bf16's rounding: its fp32 logit is within `slack` of the best one. On this random checkpoint bf16 puts
+    logits ~0.2 off (std 1), so near ties may go either way, while a token produced from a wrong KV cache
+    lands well below it (measured on the CPU: bf16 tokens at most 0.14 below, a fixed wrong token 1.2-5)."""
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prompt + generated], device="cuda")).logits[0].float()
+    logits = logits[len(prompt) - 1 : -1]
+    chosen = logits.gather(1, torch.tensor(generated, device="cuda").unsqueeze(1)).squeeze(1)
+    shortfall = logits.max(dim=1).values - chosen
+    assert shortfall.max() <= slack, (
+        f"token {shortfall.argmax().item()} is {shortfall.max():.2f} below the best"
+    )
+
+
+@pytest.fixture(scope="module")
+def hf_fp32(checkpoint_06b):
+    from transformers import Qwen3ForCausalLM
+
+    return Qwen3ForCausalLM.from_pretrained(str(checkpoint_06b), dtype=torch.float32).cuda().eval()
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +49,7 @@ def compiled_engine(checkpoint_06b):
         yield llm
 
 
-def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06b, compiled_engine):
-    from transformers import Qwen3ForCausalLM
-
+def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06b, compiled_engine, hf_fp32):
     assert compiled_engine.model_runner.backend == "flash_attn"
     compiled = [o["token_ids"] for o in compiled_engine.generate(PROMPTS, GREEDY, use_tqdm=False)]
     with LLM(
@@ -47,27 +63,39 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
     # Prefill is eager in both engines, so the first token is the same computation; decode differs only by
     # kernel fusion, which bf16 rounding on random weights lets part after a few tokens.
     assert [c[0] for c in compiled] == [e[0] for e in eager]
-    assert sum(leading_agreement(c, e) >= 4 for c, e in zip(compiled, eager)) >= len(PROMPTS) - 2
 
-    # Against transformers in fp32: logits close; the first token equal wherever fp32's top-2 margin exceeds
-    # our bf16 error (a near tie may flip either way, and then says nothing about correctness).
-    hf = Qwen3ForCausalLM.from_pretrained(str(checkpoint_06b), dtype=torch.float32).cuda().eval()
-    runner = compiled_engine.model_runner
-    seqs = [compiled_engine.add_request(p, GREEDY) for p in PROMPTS]
-    batch = compiled_engine.scheduler.schedule()
-    logits = runner.execute(runner.prepare(batch)).float()
-    compiled_engine.abort_all()
-    decisive = 0
-    for seq, row, ours_first in zip(seqs, logits, compiled):
-        with torch.no_grad():
-            reference = hf(torch.tensor([seq.token_ids], device="cuda")).logits[0, -1].float()
-        error = (row - reference).abs().max()
-        assert error < 0.05 * reference.abs().max(), "logits differ from transformers"
-        top2 = reference.topk(2).values
-        if top2[0] - top2[1] > 2 * error:
-            decisive += 1
-            assert row.argmax() == reference.argmax() == ours_first[0]
-    assert decisive >= len(PROMPTS) // 2, "too many near ties to judge the first tokens"
+    # The prompts' last-token logits (one prefill step), compiled flash-attn engine vs the torch backend
+    # on the same GPU (only the attention kernels differ) and vs transformers in fp32 (measured on the CPU
+    # for this checkpoint: our bf16 is 3-5% relative L2 from fp32, max error ~0.2 on logits of std 1).
+    def prefill_logits(llm):
+        seqs = [llm.add_request(p, GREEDY) for p in PROMPTS]
+        batch = llm.scheduler.schedule()
+        logits = llm.model_runner.execute(llm.model_runner.prepare(batch)).float()[: len(seqs)]
+        llm.abort_all()
+        return seqs, logits
+
+    def relative_error(ours, reference):
+        return ((ours - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item()
+
+    seqs, logits = prefill_logits(compiled_engine)
+    with LLM(
+        str(checkpoint_06b),
+        attention_backend="torch",
+        enforce_eager=True,
+        max_num_seqs=64,
+        max_model_len=2048,
+        gpu_memory_utilization=0.3,
+    ) as torch_llm:
+        _, torch_logits = prefill_logits(torch_llm)
+    assert relative_error(logits, torch_logits) < 0.05
+    with torch.no_grad():
+        reference = torch.stack(
+            [hf_fp32(torch.tensor([s.token_ids], device="cuda")).logits[0, -1].float() for s in seqs]
+        )
+    assert relative_error(logits, reference) < 0.08, "logits differ from transformers"
+    for prompt, ours_compiled, ours_eager in zip(PROMPTS, compiled, eager):
+        assert_greedy_path(hf_fp32, prompt, ours_compiled)
+        assert_greedy_path(hf_fp32, prompt, ours_eager)
 
 
 def test_no_recompiles_or_cudagraph_skips_after_warmup(compiled_engine):
@@ -82,7 +110,7 @@ def test_no_recompiles_or_cudagraph_skips_after_warmup(compiled_engine):
     assert counters["inductor"]["cudagraph_skips"] == 0
 
 
-def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_engine):
+def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_engine, hf_fp32):
     shared = list(range(2000, 2600))  # two full blocks of 256 shared by every prompt
     prompts = [shared + list(range(5000 + 10 * i, 5000 + 10 * i + 20 + i)) for i in range(12)]
     params = SamplingParams(max_tokens=300, temperature=0, ignore_eos=True)
@@ -100,13 +128,15 @@ def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_eng
     ) as small:
         preempted = [o["token_ids"] for o in small.generate(prompts, params, use_tqdm=False)]
         assert small.stats()["num_preemptions"] > 0
-    # bf16: a cached prefix or a recomputed one rounds differently from the first computation, so long
-    # greedy runs on random weights may part; exactness is proven in fp32 on the CPU (tests/test_scheduler.py)
-    for others in (again, preempted):
-        assert sum(leading_agreement(r, o) >= 8 for r, o in zip(reference, others)) >= len(prompts) - 2
+    # bf16: a cached or recomputed prefix rounds differently from the first computation, so long greedy
+    # runs on random weights may part at a near tie (exact equality is proven in fp32 on the CPU, in
+    # tests/test_scheduler.py); what must hold is that every run stays a greedy path of the model
+    for outputs in (reference, again, preempted):
+        for prompt, tokens in zip(prompts, outputs):
+            assert_greedy_path(hf_fp32, prompt, tokens)
 
 
-def test_manual_cuda_graphs_match_inductor_graphs(checkpoint_06b, compiled_engine):
+def test_manual_cuda_graphs_match_inductor_graphs(checkpoint_06b, compiled_engine, hf_fp32):
     """compile.cuda_graphs=manual: the same compiled decode, recorded by hand and replayed without dynamo."""
     prompts = PROMPTS[:5] * 3  # 15 sequences: padded to a captured size of 16
     inductor = [o["token_ids"] for o in compiled_engine.generate(prompts, GREEDY, use_tqdm=False)]
@@ -119,5 +149,6 @@ def test_manual_cuda_graphs_match_inductor_graphs(checkpoint_06b, compiled_engin
     ) as manual_llm:
         assert manual_llm.model_runner.decode_graphs is not None
         manual = [o["token_ids"] for o in manual_llm.generate(prompts, GREEDY, use_tqdm=False)]
-    assert [m[0] for m in manual] == [i[0] for i in inductor]
-    assert sum(leading_agreement(m, i) >= 8 for m, i in zip(manual, inductor)) >= len(prompts) - 3
+    assert [m[0] for m in manual] == [i[0] for i in inductor]  # the same eager prefill
+    for prompt, tokens in zip(prompts, manual):
+        assert_greedy_path(hf_fp32, prompt, tokens)
