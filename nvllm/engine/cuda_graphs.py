@@ -51,6 +51,10 @@ class DecodeGraphs:
         )
         return static["input_ids"][:size], static["positions"][:size], meta, None
 
+    def holds(self, inputs: StepInputs) -> bool:
+        """Whether a graph was recorded for this batch (larger ones run the compiled model directly)."""
+        return inputs.input_ids.shape[0] in self.graphs
+
     def run(self, inputs: StepInputs) -> torch.Tensor:
         """Logits of a decode batch already padded to a captured size. They live in the graphs' shared
         pool: valid until the next replay."""

@@ -186,6 +186,10 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _run_model(self, inputs: StepInputs, compiled: bool = True) -> torch.Tensor:
+        graphs = self.decode_graphs
+        if compiled and not inputs.is_prefill and graphs is not None and graphs.holds(inputs):
+            return graphs.run(inputs)  # copies the inputs into the graphs' own buffers
+
         def on_device(tensor):
             return tensor.to(self.device, non_blocking=True) if tensor is not None else None
 
@@ -207,8 +211,6 @@ class ModelRunner:
             return self.model(*args)
         if inputs.is_prefill:
             return self._prefill_forward(*args)
-        if self.decode_graphs is not None:
-            return self.decode_graphs.run(inputs)
         if self.use_cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         if not self.decode_guards_checked:
