@@ -114,3 +114,14 @@ def test_flash_attn_backend_matches_torch_backend_on_gpu(cases):
     reference, _ = run_paged_batch(cases, 256, backend="torch", **settings)
     torch.testing.assert_close(paged.float(), reference.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(paged.float(), dense.float(), atol=3e-2, rtol=3e-2)
+
+
+def test_auto_backend_on_cuda_rejects_block_sizes_flash_attn_cannot_serve(monkeypatch):
+    from nvllm.ops import attention_ops
+
+    monkeypatch.setattr(attention_ops, "flash_attn_available", lambda: True)
+    with pytest.raises(ValueError, match="cache.block_size=16 cannot be served by the flash_attn backend"):
+        attention_ops.resolve_backend("auto", "cuda", 16)
+    assert attention_ops.resolve_backend("auto", "cuda", 512) == "flash_attn"
+    assert attention_ops.resolve_backend("torch", "cuda", 16) == "torch"
+    assert attention_ops.resolve_backend("auto", "cpu", 16) == "torch"

@@ -36,7 +36,7 @@ class ModelRunner:
             init_tensor_parallel(tp_store, rank, config.parallel.tensor_parallel_size, self.device)
         self.dtype = self._resolve_dtype()
         self.block_size = config.cache.block_size
-        self.backend = resolve_backend(config.attention.backend, self.device)
+        self.backend = resolve_backend(config.attention.backend, self.device, config.cache.block_size)
         self.sampler = Sampler()
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         enabled = config.compile.enabled

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from nvllm.config import FLASH_ATTN_BLOCK_MULTIPLE
 from nvllm.ops import torch_attention
 
 
@@ -33,15 +34,22 @@ def available_backends() -> list[str]:
     return ["flash_attn", "torch"] if flash_attn_available() else ["torch"]
 
 
-def resolve_backend(requested: str, device: str) -> str:
+def resolve_backend(requested: str, device: str, block_size: int) -> str:
     """`auto` is flash-attn on CUDA when it is importable, else the torch reference."""
+    backend = requested
     if requested == "auto":
-        return "flash_attn" if device.startswith("cuda") and flash_attn_available() else "torch"
-    if requested == "flash_attn" and not (device.startswith("cuda") and flash_attn_available()):
+        backend = "flash_attn" if device.startswith("cuda") and flash_attn_available() else "torch"
+    if backend == "flash_attn" and not (device.startswith("cuda") and flash_attn_available()):
         raise ValueError(
             f"attention.backend=flash_attn needs CUDA and the flash-attn package (device={device})"
         )
-    return requested
+    if backend == "flash_attn" and block_size % FLASH_ATTN_BLOCK_MULTIPLE:
+        raise ValueError(
+            f"cache.block_size={block_size} cannot be served by the flash_attn backend (attention.backend="
+            f"{requested}): paged flash-attn needs a multiple of {FLASH_ATTN_BLOCK_MULTIPLE}; "
+            "use attention.backend=torch for other sizes"
+        )
+    return backend
 
 
 def _implementation(backend: str):
