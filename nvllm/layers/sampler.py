@@ -8,8 +8,9 @@ from nvllm.sampling_params import SamplingParams
 class Sampler:
     """Greedy rows take the argmax; the others sample from softmax(logits / T), restricted by top-k/top-p.
 
-    Sampling is the exponential race (argmax of p / E with E ~ Exp(1)), which equals a categorical draw and
-    lets a row with its own seed draw its noise from its own generator while the rest share one call.
+    Sampling is the exponential race: argmax of p / E with E ~ Exp(1), i.e. of logits - log E (no softmax
+    needed), which equals a categorical draw and lets a row with its own seed draw its noise from its own
+    generator while the rest share one call.
     """
 
     def __call__(
@@ -25,12 +26,12 @@ class Sampler:
         logits = logits / temperatures.unsqueeze(1)
         if any(p.top_k > 0 or p.top_p < 1 for p in params):
             logits = self._filter_top_k_top_p(logits, params)
-        probs = logits.softmax(-1)
-        noise = torch.empty_like(probs).exponential_()
+        noise = torch.empty_like(logits).exponential_()
         for row, generator in enumerate(generators):
             if generator is not None:  # reproducible per request, whatever else shares the batch
-                noise[row] = torch.empty(probs.shape[1]).exponential_(generator=generator).to(noise.device)
-        sampled = (probs / noise).argmax(-1)
+                noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
+        # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
+        sampled = (logits - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log()).argmax(-1)
         return torch.where(greedy, logits.argmax(-1), sampled).tolist()
 
     @staticmethod
