@@ -1,5 +1,5 @@
-"""One rank's model: builds it, sizes and owns its KV cache, turns a scheduled batch into flat tensors,
-runs the (compiled) forward pass and, on rank 0, samples."""
+"""One rank's model: builds it, sizes and owns its KV cache, compiles and captures it, runs a step's
+inputs (built by `StepInputBuilder`) through it and, on rank 0, samples."""
 
 from __future__ import annotations
 
