@@ -176,9 +176,9 @@ def to_dataclass(cls: type, values: dict) -> Any:
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
-    kwargs = {}
+    kwargs, defaults = {}, cls()
     for name, value in values.items():
-        default = getattr(cls(), name)
+        default = getattr(defaults, name)
         is_nested = hasattr(default, "__dataclass_fields__")
         kwargs[name] = to_dataclass(type(default), value) if is_nested and isinstance(value, dict) else value
     return cls(**kwargs)

@@ -19,16 +19,21 @@ def hf_model(tiny_checkpoint):
     return Qwen3ForCausalLM.from_pretrained(str(tiny_checkpoint), dtype=torch.float32).eval()
 
 
-@pytest.fixture(scope="module")
-def llm(tiny_checkpoint):
-    with LLM(
-        str(tiny_checkpoint),
+def checkpoint_engine(checkpoint, **overrides) -> LLM:
+    """The engine on the checkpoint HF loads: eager fp32, blocks of 4 so prompts span several."""
+    settings = dict(
         enforce_eager=True,
         kvcache_block_size=4,
         num_kvcache_blocks=256,
         max_num_batched_tokens=64,
         max_model_len=64,
-    ) as engine:
+    )
+    return LLM(str(checkpoint), **{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_checkpoint):
+    with checkpoint_engine(tiny_checkpoint) as engine:
         yield engine
 
 
@@ -69,14 +74,7 @@ def test_prefill_and_decode_logits_match_transformers(llm, hf_model):
 def test_chunked_prefill_logits_match_transformers(tiny_checkpoint, hf_model):
     """A 40-token prompt through a 16-token budget: three chunks, the later ones attending to the cache."""
     prompt = list(range(2000, 2040))
-    with LLM(
-        str(tiny_checkpoint),
-        enforce_eager=True,
-        kvcache_block_size=4,
-        num_kvcache_blocks=64,
-        max_num_batched_tokens=16,
-        max_model_len=64,
-    ) as engine:
+    with checkpoint_engine(tiny_checkpoint, num_kvcache_blocks=64, max_num_batched_tokens=16) as engine:
         seq = engine.add_request(prompt, SamplingParams(max_tokens=1, temperature=0))
         num_steps, logits = 0, None
         while not engine.is_finished():

@@ -96,6 +96,9 @@ class LLMEngine:
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
         token_ids = self._tokenize(prompt)
         self.validate(token_ids, sampling_params)
+        return self._enqueue(token_ids, sampling_params)
+
+    def _enqueue(self, token_ids: list[int], sampling_params: SamplingParams) -> Sequence:
         seq = Sequence(token_ids, sampling_params)
         self.scheduler.add(seq)
         return seq
@@ -146,7 +149,7 @@ class LLMEngine:
         requests = [(self._tokenize(p), sp) for p, sp in zip(prompts, sampling_params)]
         for token_ids, params in requests:  # all checked before any is queued
             self.validate(token_ids, params)
-        seqs = [self.add_request(token_ids, params) for token_ids, params in requests]
+        seqs = [self._enqueue(token_ids, params) for token_ids, params in requests]
         try:
             self._run_until_done(len(seqs), use_tqdm)
         finally:

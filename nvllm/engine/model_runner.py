@@ -51,12 +51,11 @@ class ModelRunner:
         )
         self.decode_graphs: DecodeGraphs | None = None
         max_graph_batch = min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size)
-        self.decode_batch_sizes = capture_sizes(max_graph_batch) if self.use_cuda_graphs else []
         self.inputs = StepInputBuilder(
             self.block_size,
             config.scheduler.max_model_len,
             config.scheduler.max_num_batched_tokens,
-            self.decode_batch_sizes,
+            capture_sizes(max_graph_batch) if self.use_cuda_graphs else [],
         )
 
         start = time.perf_counter()
@@ -174,7 +173,9 @@ class ModelRunner:
         if manual_graphs:
             self.decode_graphs = DecodeGraphs(self._decode_forward, self.inputs, self.device)
         elif self.use_cuda_graphs:
-            for batch_size in reversed(self.decode_batch_sizes):  # largest first: the others reuse its pool
+            for batch_size in reversed(
+                self.inputs.decode_batch_sizes
+            ):  # largest first: the others reuse its pool
                 for _ in range(2):  # the first run warms up, the second records
                     self._run_model(self.inputs.dummy_decode(batch_size))
             torch.cuda.synchronize()
