@@ -1,7 +1,9 @@
 """Single-stream decode latency: one request stepped through the engine by hand, every step timed.
 
-Time to first token covers the prompt's prefill step(s); each later step yields one token, so its time is
-that token's latency, logged as a series and summarised by percentiles."""
+Time to first token covers the prompt's prefill step(s). A later step is a decode round that yields up to
+`scheduler.num_decode_steps` tokens at once; each of its tokens is given the round's time divided by its
+tokens (the steady inter-token time), and those per-token latencies are logged as a series and
+summarised by percentiles. `scheduler.num_decode_steps=1` makes every token reach the host on its own."""
 
 from __future__ import annotations
 
@@ -22,19 +24,23 @@ PERCENTILES = (50, 90, 99)
 
 
 def step_times(llm: LLM, prompt: Prompt, params: SamplingParams) -> tuple[float, list[float], int]:
-    """Seconds to the first token, seconds of every later step, and the number of tokens generated."""
+    """Seconds to the first token, the latency of every later token, and the number of tokens generated."""
     seq = llm.add_request(prompt, params)
     start = time.perf_counter()
     first_token_s, token_s = None, []
     while not llm.is_finished():
         step_start = time.perf_counter()
+        num_before = seq.num_completion_tokens
         llm.step()
         now = time.perf_counter()
-        if first_token_s is not None:
-            token_s.append(now - step_start)
-        elif seq.completion_token_ids:
+        num_new = seq.num_completion_tokens - num_before
+        if not num_new:
+            continue  # a prefill chunk
+        if first_token_s is None:
             first_token_s = now - start
-    return first_token_s, token_s, len(seq.completion_token_ids)
+        else:
+            token_s.extend([(now - step_start) / num_new] * num_new)
+    return first_token_s, token_s, seq.num_completion_tokens
 
 
 def latency_percentiles_ms(token_s: list[float]) -> dict:

@@ -58,6 +58,11 @@ class SchedulerConfig:
     max_model_len: int = 4096
     chunked_prefill: bool = True
     policy: str = "fcfs"
+    # Decode steps per scheduling round: the model runs them back to back, each feeding its sampled tokens
+    # to the next on the device, and the host reads the tokens once at the end. The host's per-step work
+    # (scheduling, inputs, bookkeeping) then overlaps the GPU instead of idling it between steps; a
+    # sequence that stops inside a round has its extra tokens discarded.
+    num_decode_steps: int = 8
 
 
 @dataclass
@@ -132,6 +137,7 @@ FLAT_KEYS = {
     "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
     "max_model_len": "scheduler.max_model_len",
     "chunked_prefill": "scheduler.chunked_prefill",
+    "num_decode_steps": "scheduler.num_decode_steps",
     "attention_backend": "attention.backend",
     "dtype": "model.dtype",
     "device": "device",
@@ -259,6 +265,8 @@ def validate(config: EngineConfig) -> None:
         problems.append(f"cache.num_blocks={cache.num_blocks} must be positive (or null: from memory)")
     if sched.max_num_seqs < 1 or sched.max_num_batched_tokens < 1 or sched.max_model_len < 1:
         problems.append("scheduler.max_num_seqs, max_num_batched_tokens and max_model_len must be positive")
+    if sched.num_decode_steps < 1:
+        problems.append(f"scheduler.num_decode_steps={sched.num_decode_steps} must be at least 1")
     if sched.max_model_len > model.max_position_embeddings:
         problems.append(
             f"scheduler.max_model_len={sched.max_model_len} exceeds the model's "

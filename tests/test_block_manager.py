@@ -50,11 +50,16 @@ def test_allocate_and_free_account_every_block():
     compute(manager, seq)
     seq.token_ids += [10, 11]  # two decode tokens fill block 3; the third needs a fourth block
     assert manager.can_append(seq)
-    manager.append_slot(seq)
+    manager.append_slots(seq)
     assert len(seq.block_table) == 3 and manager.num_free_blocks == 5
     seq.token_ids.append(12)
-    manager.append_slot(seq)
+    manager.append_slots(seq)
     assert len(seq.block_table) == 4 and manager.num_free_blocks == 4
+    manager.append_slots(seq, 4)  # a decode round of 4 steps writes positions 12..15: still 4 blocks
+    assert len(seq.block_table) == 4
+    assert manager.can_append(seq, 20) and not manager.can_append(seq, 21)  # positions 12..32: 9 blocks
+    manager.append_slots(seq, 5)  # position 16 needs a fifth
+    assert len(seq.block_table) == 5 and manager.num_free_blocks == 3
 
     block_ids = list(seq.block_table)
     manager.free(seq)

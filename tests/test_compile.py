@@ -37,7 +37,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             for prompt in PROMPTS[:2]:
                 compiled.add_request(prompt, params)
             batch = compiled.scheduler.schedule()
-            batch_inputs = compiled.model_runner.prepare(batch)
+            batch_inputs = compiled.model_runner.inputs.prefill(batch)
             compiled_logits = compiled.model_runner.execute(batch_inputs)
             compiled.abort_all()
         eager_logits = eager_runner.execute(batch_inputs)

@@ -70,7 +70,7 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
     def prefill_logits(llm):
         seqs = [llm.add_request(p, GREEDY) for p in PROMPTS]
         batch = llm.scheduler.schedule()
-        logits = llm.model_runner.execute(llm.model_runner.prepare(batch)).float()[: len(seqs)]
+        logits = llm.model_runner.execute(llm.model_runner.inputs.prefill(batch)).float()[: len(seqs)]
         llm.abort_all()
         return seqs, logits
 

@@ -20,9 +20,11 @@ def hf_model(tiny_checkpoint):
 
 
 def checkpoint_engine(checkpoint, **overrides) -> LLM:
-    """The engine on the checkpoint HF loads: eager fp32, blocks of 4 so prompts span several."""
+    """The engine on the checkpoint HF loads: eager fp32, blocks of 4 so prompts span several; one decode
+    step per round, so that a test can read each step's logits."""
     settings = dict(
         enforce_eager=True,
+        num_decode_steps=1,
         kvcache_block_size=4,
         num_kvcache_blocks=256,
         max_num_batched_tokens=64,
@@ -46,9 +48,10 @@ def engine_step_logits(llm, forced_tokens: dict[int, int]) -> tuple[list[Sequenc
     """One scheduled step: its logits (one row per sampled sequence), then the forced tokens appended."""
     batch = llm.scheduler.schedule()
     runner = llm.model_runner
-    logits = runner.execute(runner.prepare(batch))
-    sampled = [s for s, n in zip(batch.seqs, batch.num_new_tokens) if s.num_computed_tokens + n == len(s)]
-    llm.scheduler.postprocess(batch, [forced_tokens[s.seq_id] for s in sampled])
+    (inputs,) = runner.inputs.build(batch)
+    logits = runner.execute(inputs)
+    sampled = batch.sampled_seqs
+    llm.scheduler.postprocess(batch, [[forced_tokens[s.seq_id]] for s in sampled])
     return sampled, logits[: len(sampled)]
 
 
@@ -85,15 +88,18 @@ def test_chunked_prefill_logits_match_transformers(tiny_checkpoint, hf_model):
     torch.testing.assert_close(logits[0], hf_logits(hf_model, prompt)[-1], atol=2e-4, rtol=1e-4)
 
 
-def test_greedy_generation_equals_transformers_generate(llm, hf_model):
+@pytest.mark.parametrize("num_decode_steps", [1, 5])
+def test_greedy_generation_equals_transformers_generate(tiny_checkpoint, hf_model, num_decode_steps):
+    """Rounds of 5 decode steps feed each step's tokens to the next on the device; 16 tokens end mid-round."""
     prompts = PROMPTS + [[42] * 9, list(range(30000, 30050, 3))]
-    outputs = llm.generate(
-        prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True), use_tqdm=False
-    )
-    for prompt, output in zip(prompts, outputs):
-        expected = hf_model.generate(
-            torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None
-        )[0, len(prompt) :].tolist()
-        assert output["token_ids"] == expected
-        assert output["text"] == llm.tokenizer.decode(expected)
+    with checkpoint_engine(tiny_checkpoint, num_decode_steps=num_decode_steps) as llm:
+        outputs = llm.generate(
+            prompts, SamplingParams(max_tokens=16, temperature=0, ignore_eos=True), use_tqdm=False
+        )
+        for prompt, output in zip(prompts, outputs):
+            expected = hf_model.generate(
+                torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None
+            )[0, len(prompt) :].tolist()
+            assert output["token_ids"] == expected
+            assert output["text"] == llm.tokenizer.decode(expected)
     assert len({tuple(o["token_ids"]) for o in outputs}) == len(prompts)  # the model does depend on its input

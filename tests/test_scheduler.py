@@ -16,6 +16,7 @@ REQUESTS = [(49, 3), (7, 12), (23, 6), (3, 10), (37, 4)]
 PROMPTS = [random_prompt(length, seed=100 + i) for i, (length, _) in enumerate(REQUESTS)]
 PARAMS = [SamplingParams(temperature=0, max_tokens=max_tokens) for _, max_tokens in REQUESTS]
 SMALL_BUDGET, SMALL_MAX_SEQS = 16, 3
+NUM_DECODE_STEPS = SchedulerConfig().num_decode_steps
 
 
 def engine(**overrides):
@@ -55,10 +56,16 @@ def test_budgets_hold_at_every_step(small_budget, expected):
         outputs = small_budget.generate(PROMPTS, PARAMS, use_tqdm=False)
     assert outputs == expected
     for step in steps:
-        assert sum(step.num_new_tokens) <= SMALL_BUDGET
         assert len(step.prompts) <= SMALL_MAX_SEQS
-        scheduled = zip(step.num_new_tokens, step.num_uncomputed_tokens, strict=True)
-        assert all(0 < num_new <= num_left for num_new, num_left in scheduled)
+        scheduled = list(zip(step.num_new_tokens, step.num_uncomputed_tokens, strict=True))
+        if step.is_prefill:
+            assert sum(step.num_new_tokens) <= SMALL_BUDGET
+            assert all(0 < num_new <= num_left for num_new, num_left in scheduled)
+        else:  # each step of a decode round computes one token per sequence
+            assert len(step.prompts) <= SMALL_BUDGET
+            assert all(
+                num_left == 1 and 0 < num_steps <= NUM_DECODE_STEPS for num_steps, num_left in scheduled
+            )
     # the limits were reached, so a scheduler that ignored them would have been caught
     assert max(sum(step.num_new_tokens) for step in steps) == SMALL_BUDGET
     assert max(len(step.prompts) for step in steps) == SMALL_MAX_SEQS
@@ -75,12 +82,16 @@ def test_long_prompt_is_chunked_and_gives_the_same_tokens(small_budget, referenc
     assert chunks[:3] == [[SMALL_BUDGET]] * 3 and sum(sum(chunk) for chunk in chunks) <= 49
     # the first decode step computes what prefill left (at most the 49th token) and samples the first output
     decodes = [step.num_new_tokens for step in steps if not step.is_prefill]
-    assert sum(sum(chunk) for chunk in chunks) + len(decodes) == 49 + params.max_tokens - 1
+    assert sum(sum(chunk) for chunk in chunks + decodes) == 49 + params.max_tokens - 1
 
 
-def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected):
-    # 20 blocks of 4 hold the largest request (52 tokens) but not all of them (about 150 tokens)
-    with engine(num_kvcache_blocks=20, max_num_batched_tokens=512) as llm:
+# Caches of 4-token blocks that hold the largest request (52 tokens) but not all (about 150 tokens), sized
+# so that preemption happens: decode rounds shrink to the free blocks first, which often avoids it.
+@pytest.mark.parametrize("num_decode_steps, num_blocks", [(1, 20), (8, 22)])
+def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected, num_decode_steps, num_blocks):
+    with engine(
+        num_kvcache_blocks=num_blocks, max_num_batched_tokens=512, num_decode_steps=num_decode_steps
+    ) as llm:
         outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
         assert llm.stats()["num_preemptions"] > 0
         assert outputs == expected
@@ -145,10 +156,10 @@ def bare_scheduler(num_blocks: int, **config) -> Scheduler:
 
 
 def run_step(scheduler: Scheduler, token_id: int = 1):
+    """One step (or decode round) in which every sampled token is `token_id`."""
     batch = scheduler.schedule()
-    scheduled = zip(batch.seqs, batch.num_new_tokens, strict=True)
-    num_sampled = sum(seq.num_computed_tokens + n == len(seq) for seq, n in scheduled)
-    return batch, scheduler.postprocess(batch, [token_id] * num_sampled)
+    tokens_per_seq = 1 if batch.is_prefill else batch.num_steps
+    return batch, scheduler.postprocess(batch, [[token_id] * tokens_per_seq for _ in batch.sampled_seqs])
 
 
 def test_preemption_takes_the_newest_and_requeues_it_first():
@@ -166,6 +177,40 @@ def test_preemption_takes_the_newest_and_requeues_it_first():
     assert new.status == waiting.status == SequenceStatus.WAITING
     assert new.num_computed_tokens == 0 and new.block_table == [] and new.token_ids == [1, 2, 3, 4, 1]
     assert scheduler.block_manager.num_free_blocks == 3 - len(old.block_table)
+
+
+def test_decode_rounds_match_single_steps(expected):
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=512, num_decode_steps=1) as llm:
+        with recorded_steps(llm) as steps:
+            assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
+    assert all(step.num_new_tokens == [1] * len(step.prompts) for step in steps if not step.is_prefill)
+
+
+def test_decode_round_stops_at_eos_and_max_tokens_and_discards_the_rest():
+    scheduler = bare_scheduler(num_blocks=8, num_decode_steps=4)
+    eos_mid_round = Sequence([1, 2], SamplingParams(max_tokens=10))
+    short = Sequence([3, 4], SamplingParams(max_tokens=3))
+    for seq in (eos_mid_round, short):
+        scheduler.add(seq)
+    run_step(scheduler)  # prefill: one token each
+    batch = scheduler.schedule()
+    assert not batch.is_prefill and batch.num_new_tokens == [4, 2]  # `short` has 2 tokens left
+    assert len(eos_mid_round.block_table) == 2  # KV for positions 2..5: blocks of 4
+    finished = scheduler.postprocess(batch, [[5, EOS, 6, 6], [8, 9, 9, 9]])
+    assert finished == [eos_mid_round, short]
+    assert eos_mid_round.completion_token_ids == [1, 5, EOS]
+    assert short.completion_token_ids == [1, 8, 9]
+    assert scheduler.num_generated_tokens == 2 + 2 + 2
+    assert scheduler.block_manager.num_free_blocks == 8
+
+
+def test_decode_round_shrinks_to_the_free_blocks():
+    scheduler = bare_scheduler(num_blocks=2, num_decode_steps=8)
+    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=20))
+    scheduler.add(seq)
+    run_step(scheduler)  # 4 tokens: block 1 full
+    batch, _ = run_step(scheduler)  # positions 3..7 fit the two blocks: a round of 5, not 8
+    assert batch.num_new_tokens == [5] and len(seq) == 9 and scheduler.num_preemptions == 0
 
 
 def test_eos_finishes_unless_ignored():

@@ -97,12 +97,12 @@ class BlockManager:
         self.num_hit_tokens += seq.num_cached_tokens
         self._grow(seq, self.blocks_for(len(seq)))
 
-    def can_append(self, seq: Sequence) -> bool:
-        return self.blocks_for(len(seq)) - len(seq.block_table) <= self.num_free_blocks
+    def can_append(self, seq: Sequence, num_tokens: int = 1) -> bool:
+        return self.blocks_for(len(seq) + num_tokens - 1) - len(seq.block_table) <= self.num_free_blocks
 
-    def append_slot(self, seq: Sequence) -> None:
-        """Room for the KV of the sequence's newest token."""
-        self._grow(seq, self.blocks_for(len(seq)))
+    def append_slots(self, seq: Sequence, num_tokens: int = 1) -> None:
+        """Room for the KV of the sequence's newest token and of the `num_tokens - 1` it decodes next."""
+        self._grow(seq, self.blocks_for(len(seq) + num_tokens - 1))
 
     def _grow(self, seq: Sequence, num_blocks: int) -> None:
         while len(seq.block_table) < num_blocks:

@@ -105,19 +105,20 @@ class LLMEngine:
 
     # ---- the loop -----------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Schedule, run the model, sample, and return the sequences that finished in this step."""
+        """Schedule, run the model (one prefill step or a round of decode steps), sample, and return the
+        sequences that finished."""
         start = time.perf_counter()
         batch = self.scheduler.schedule()
         if not batch.seqs:
             raise RuntimeError("scheduler found nothing to run although requests are pending")
-        token_ids = self.model_runner.run(batch)
-        finished = self.scheduler.postprocess(batch, token_ids)
+        generated_before = self.scheduler.num_generated_tokens
+        finished = self.scheduler.postprocess(batch, self.model_runner.run(batch))
         elapsed = time.perf_counter() - start
         if batch.is_prefill:
             self.num_prefill_tokens += batch.num_tokens
             self.prefill_seconds += elapsed
         else:
-            self.num_decode_tokens += batch.num_tokens
+            self.num_decode_tokens += self.scheduler.num_generated_tokens - generated_before
             self.decode_seconds += elapsed
         return finished
 

@@ -37,7 +37,6 @@ class ModelRunner:
         self.dtype = self._resolve_dtype()
         self.block_size = config.cache.block_size
         self.backend = resolve_backend(config.attention.backend, self.device, config.cache.block_size)
-        self.sampler = Sampler()
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         enabled = config.compile.enabled
         self.compile_enabled = self.device.startswith("cuda") if enabled is None else enabled
@@ -50,6 +49,7 @@ class ModelRunner:
             and (config.compile.mode == "reduce-overhead" or manual_graphs)
         )
         self.decode_graphs: DecodeGraphs | None = None
+        self.sampler = Sampler(compiled=self.compile_enabled and self.device.startswith("cuda"))
         max_graph_batch = min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size)
         self.inputs = StepInputBuilder(
             self.block_size,
@@ -182,9 +182,6 @@ class ModelRunner:
         self.timings["capture_s"] = time.perf_counter() - start
         self.decode_guards_checked = True
 
-    def prepare(self, batch: ScheduledBatch) -> StepInputs:
-        return self.inputs.build(batch)
-
     @torch.inference_mode()
     def _run_model(self, inputs: StepInputs, compiled: bool = True) -> torch.Tensor:
         graphs = self.decode_graphs
@@ -225,18 +222,33 @@ class ModelRunner:
         """This rank's share of a step; every rank gets the full logits (the LM head all-gathers)."""
         return self._run_model(inputs)
 
-    def run(self, batch: ScheduledBatch) -> list[int]:
-        """One step for `batch`: the next token of each sequence that has no uncomputed tokens left."""
-        logits = self.execute(self.prepare(batch))
-        sampling = [
-            (seq.sampling_params, seq.generator)
-            for seq, num_new in zip(batch.seqs, batch.num_new_tokens)
-            if seq.num_computed_tokens + num_new == len(seq)
-        ]
-        if not sampling:
+    def run(self, batch: ScheduledBatch) -> list[list[int]]:
+        """Every step of `batch`; for each of `batch.sampled_seqs`, the tokens sampled for it: one in
+        prefill, one per step of the round in decode (the scheduler keeps the steps the sequence took).
+        Each decode step takes its input tokens from the step before on the device: the host waits for the
+        device once, at the end. (Not under inference mode: inputs made there would differ from the
+        warm-up's in dispatch keys, which compiled graphs guard on.)"""
+        sampled_seqs = batch.sampled_seqs
+        sampling, tokens = None, []
+        for step, inputs in enumerate(self.inputs.build(batch)):
+            if inputs.input_ids is None:
+                padding = inputs.positions.shape[0] - tokens[-1].shape[0]
+                inputs.input_ids = torch.nn.functional.pad(tokens[-1], (0, padding))
+            logits = self.execute(inputs)
+            if not sampled_seqs:
+                continue
+            if sampling is None:
+                sampling = self.sampler.prepare(
+                    [seq.sampling_params for seq in sampled_seqs],
+                    [seq.generator for seq in sampled_seqs],
+                    logits.device,
+                    num_rows=logits.shape[0],
+                    num_steps=None if batch.is_prefill else batch.num_new_tokens,
+                )
+            tokens.append(self.sampler.sample(logits, sampling, step))
+        if not tokens:
             return []
-        params, generators = zip(*sampling)
-        return self.sampler(logits[: len(params)], list(params), list(generators))
+        return torch.stack(tokens, dim=1)[: len(sampled_seqs)].tolist()
 
     def shutdown(self) -> None:
         for layer in self._attention_layers():

@@ -10,7 +10,9 @@ from nvllm.engine.sequence import Sequence, SequenceStatus
 
 @dataclass
 class ScheduledBatch:
-    """What one step computes: for each sequence, its next `num_new_tokens` uncomputed tokens."""
+    """What one step computes. Prefill: for each sequence, its next `num_new_tokens` uncomputed tokens.
+    Decode: for each sequence, `num_new_tokens` decode steps, each sampling one token (see
+    `SchedulerConfig.num_decode_steps`)."""
 
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
@@ -19,6 +21,19 @@ class ScheduledBatch:
     @property
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
+
+    @property
+    def num_steps(self) -> int:
+        return 1 if self.is_prefill else max(self.num_new_tokens)
+
+    @property
+    def sampled_seqs(self) -> list[Sequence]:
+        """The sequences that get tokens sampled: all in decode; in prefill, those whose prompt completes."""
+        return [
+            seq
+            for seq, num_new in zip(self.seqs, self.num_new_tokens)
+            if not self.is_prefill or seq.num_computed_tokens + num_new == len(seq)
+        ]
 
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
         self.seqs.append(seq)
@@ -36,6 +51,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the newest is preempted first
         self.num_preemptions = 0
+        self.num_generated_tokens = 0  # sampled tokens kept (those sampled after a stop are not)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -82,9 +98,19 @@ class Scheduler:
                 if victim is seq:
                     break
             if seq.status == SequenceStatus.RUNNING:
-                self.block_manager.append_slot(seq)
-                batch.add(seq, 1)
+                num_steps = self._num_decode_steps(seq)
+                self.block_manager.append_slots(seq, num_steps)
+                batch.add(seq, num_steps)
         return batch
+
+    def _num_decode_steps(self, seq: Sequence) -> int:
+        """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
+        blocks and the free ones hold: memory goes to keeping sequences running before to longer rounds."""
+        remaining = min(
+            seq.sampling_params.max_tokens - seq.num_completion_tokens, self.config.max_model_len - len(seq)
+        )
+        room = (len(seq.block_table) + self.block_manager.num_free_blocks) * self.block_manager.block_size
+        return max(1, min(self.config.num_decode_steps, remaining, room - len(seq) + 1))
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
@@ -95,25 +121,38 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 
-    def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[int]) -> list[Sequence]:
-        """Account the computed tokens, append one sampled token to each sequence that finished its
-        uncomputed tokens (in batch order), and retire finished sequences. Returns the finished ones."""
+    def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[list[int]]) -> list[Sequence]:
+        """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in
+        that order) up to a stop, and retire finished sequences. Returns the finished ones."""
         finished, sampled = [], iter(sampled_token_ids)
         for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
-            seq.num_computed_tokens += num_tokens
+            if batch.is_prefill and seq.num_uncomputed_tokens > num_tokens:
+                seq.num_computed_tokens += num_tokens  # a chunk of a longer prompt: nothing sampled yet
+                self.block_manager.register_computed_blocks(seq)
+                continue
+            new_tokens = next(sampled)
+            if not batch.is_prefill:
+                new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
+            stopped = False
+            for token_id in new_tokens:  # tokens sampled after a stop are discarded
+                seq.token_ids.append(token_id)
+                self.num_generated_tokens += 1
+                if self._stops(seq, token_id):
+                    stopped = True
+                    break
+            seq.num_computed_tokens = len(seq) - 1  # every token but the newest has its KV in the cache
             self.block_manager.register_computed_blocks(seq)
-            if seq.num_uncomputed_tokens:
-                continue  # a chunk of a longer prompt: nothing sampled yet
-            token_id = next(sampled)
-            seq.token_ids.append(token_id)
-            params = seq.sampling_params
-            if (
-                (not params.ignore_eos and token_id == self.eos_token_id)
-                or seq.num_completion_tokens >= params.max_tokens
-                or len(seq) >= self.config.max_model_len
-            ):
+            if stopped:
                 seq.status = SequenceStatus.FINISHED
                 self.block_manager.free(seq)
                 self.running.remove(seq)
                 finished.append(seq)
         return finished
+
+    def _stops(self, seq: Sequence, token_id: int) -> bool:
+        params = seq.sampling_params
+        return (
+            (not params.ignore_eos and token_id == self.eos_token_id)
+            or seq.num_completion_tokens >= params.max_tokens
+            or len(seq) >= self.config.max_model_len
+        )

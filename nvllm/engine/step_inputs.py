@@ -14,7 +14,7 @@ from nvllm.engine.scheduler import ScheduledBatch
 class StepInputs:
     """A step's model inputs, built on rank 0 (CPU tensors) and sent as they are to the other ranks."""
 
-    input_ids: torch.Tensor
+    input_ids: torch.Tensor | None  # None: a later step of a decode round, fed on the device
     positions: torch.Tensor
     slot_mapping: torch.Tensor
     cu_seqlens_q: torch.Tensor
@@ -50,8 +50,9 @@ class StepInputBuilder:
         self.max_blocks_per_seq = -(-max_model_len // block_size)
         self.decode_batch_sizes = decode_batch_sizes  # empty: no CUDA graphs, decode batches stay as they are
 
-    def build(self, batch: ScheduledBatch) -> StepInputs:
-        return self.prefill(batch) if batch.is_prefill else self.decode(batch)
+    def build(self, batch: ScheduledBatch) -> list[StepInputs]:
+        """One `StepInputs` per step of the batch: a prefill has one, a decode round `batch.num_steps`."""
+        return [self.prefill(batch)] if batch.is_prefill else self.decode(batch)
 
     def dummy_prefill(self, min_tokens: bool = False) -> StepInputs:
         """Sequences of one block each (all reading block 0), `max_num_batched_tokens` tokens in all."""
@@ -135,29 +136,44 @@ class StepInputBuilder:
             return max(num_seqs, 2)
         return next(size for size in self.decode_batch_sizes if size >= num_seqs)
 
-    def decode(self, batch: ScheduledBatch) -> StepInputs:
-        """Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and
-        `max_seqlen_k` fixed at `max_model_len`, so that only the batch size ever changes a graph."""
+    def decode(self, batch: ScheduledBatch) -> list[StepInputs]:
+        """The steps of a decode round. Step `i` feeds each sequence its token `i` of the round: the last
+        one it has for step 0, and for later steps the tokens the previous step samples — on the device,
+        so their `input_ids` are left None here for the runner to fill. A sequence with fewer steps than
+        the round sits out the rest: its slot is -1 (nothing written) and its position stays put.
+
+        Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and `max_seqlen_k`
+        fixed at `max_model_len`, so that only the batch size ever changes a graph."""
         size = self._decode_batch_size(len(batch.seqs))
-        positions = [len(seq) - 1 for seq in batch.seqs]
-        slots = [
-            seq.block_table[p // self.block_size] * self.block_size + p % self.block_size
-            for seq, p in zip(batch.seqs, positions)
-        ]
+        num_seqs = len(batch.seqs)
+        first_positions = np.array([len(seq) - 1 for seq in batch.seqs], dtype=np.int64)
+        num_steps = np.array(batch.num_new_tokens, dtype=np.int64)
         block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
         for row, seq in enumerate(batch.seqs):
             block_tables[row, : len(seq.block_table)] = seq.block_table
-        return StepInputs(
-            input_ids=torch.tensor(
-                padded([seq.last_token for seq in batch.seqs], size, 0), dtype=torch.int64
-            ),
-            positions=torch.tensor(padded(positions, size, 0), dtype=torch.int64),
-            slot_mapping=torch.tensor(padded(slots, size, -1), dtype=torch.int64),
-            cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
-            seqlens_k=torch.tensor(padded([len(seq) for seq in batch.seqs], size, 0), dtype=torch.int32),
-            block_tables=torch.from_numpy(block_tables),
-            max_seqlen_q=1,
-            max_seqlen_k=self.max_model_len,
-            logits_indices=None,
-            is_prefill=False,
-        )
+        block_tables_tensor = torch.from_numpy(block_tables)
+        rows = np.arange(num_seqs)
+        steps = []
+        for step in range(batch.num_steps):
+            positions = first_positions + np.minimum(step, num_steps - 1)
+            slots = block_tables[rows, positions // self.block_size].astype(np.int64) * self.block_size + (
+                positions % self.block_size
+            )
+            slots[step >= num_steps] = -1
+            steps.append(
+                StepInputs(
+                    input_ids=torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0))
+                    if step == 0
+                    else None,
+                    positions=torch.tensor(padded(positions.tolist(), size, 0), dtype=torch.int64),
+                    slot_mapping=torch.tensor(padded(slots.tolist(), size, -1), dtype=torch.int64),
+                    cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
+                    seqlens_k=torch.tensor(padded((positions + 1).tolist(), size, 0), dtype=torch.int32),
+                    block_tables=block_tables_tensor,
+                    max_seqlen_q=1,
+                    max_seqlen_k=self.max_model_len,
+                    logits_indices=None,
+                    is_prefill=False,
+                )
+            )
+        return steps

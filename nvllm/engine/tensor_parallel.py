@@ -52,7 +52,8 @@ def pack_inputs(inputs: StepInputs, block_size: int) -> dict[str, Any]:
     for field in dataclasses.fields(inputs):
         value = getattr(inputs, field.name)
         is_tensor = isinstance(value, torch.Tensor)
-        fields[field.name] = (value.numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
+        # a decode round's later steps take their tokens from the device (read here: one sync a step)
+        fields[field.name] = (value.cpu().numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
     used_blocks = -(-int(inputs.seqlens_k.max()) // block_size)
     block_tables, dtype = fields["block_tables"]
     fields["block_tables"] = (block_tables[:, :used_blocks], dtype, block_tables.shape[1])

@@ -1,48 +1,113 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from nvllm.sampling_params import SamplingParams
+
+TINY = torch.finfo(torch.float32).tiny
+
+
+def race(
+    logits: torch.Tensor, inv_temperatures: torch.Tensor, noise_scales: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """argmax of logits / T - log E per row: with E ~ Exp(1) a categorical draw from softmax(logits / T),
+    with a noise scale of 0 the greedy choice. One pass over the logits when compiled."""
+    scores = logits.float() * inv_temperatures.unsqueeze(1)
+    # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
+    return (scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log()).argmax(-1)
+
+
+@dataclass
+class SamplingBatch:
+    """The sampling parameters of a batch as device tensors, built once for every step that uses them."""
+
+    params: list[SamplingParams]
+    generators: list[torch.Generator | None]
+    inv_temperatures: torch.Tensor
+    noise_scales: torch.Tensor  # 0: greedy
+    top_k: torch.Tensor | None  # None when no row filters
+    top_p: torch.Tensor | None
+    all_greedy: bool
+    num_steps: list[int] | None  # per row, the decode steps it takes: a row sitting out draws nothing
 
 
 class Sampler:
     """Greedy rows take the argmax; the others sample from softmax(logits / T), restricted by top-k/top-p.
 
-    Sampling is the exponential race: argmax of p / E with E ~ Exp(1), i.e. of logits - log E (no softmax
-    needed), which equals a categorical draw and lets a row with its own seed draw its noise from its own
-    generator while the rest share one call.
+    Sampling is the exponential race (`race`), which needs no softmax and lets a row with its own seed draw
+    its noise from its own generator while the rest share one call. Nothing here waits for the device:
+    `sample` returns the tokens as a device tensor, so a decode round can feed them to its next step.
     """
+
+    def __init__(self, compiled: bool = False):
+        # rows are padded to at least 2 by the caller, so one dynamic graph serves every batch size
+        self._race = torch.compile(race, fullgraph=True, dynamic=True) if compiled else race
+
+    def prepare(
+        self,
+        params: list[SamplingParams],
+        generators: list[torch.Generator | None],
+        device: torch.device | str,
+        num_rows: int | None = None,
+        num_steps: list[int] | None = None,
+    ) -> SamplingBatch:
+        """`num_rows` ≥ len(params) pads the batch with greedy rows (whose tokens the caller drops);
+        `num_steps`: how many steps of a decode round each row takes."""
+        num_padding = (num_rows or len(params)) - len(params)
+        greedy = [p.is_greedy for p in params] + [True] * num_padding
+
+        def on_device(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+        filtering = any(p.top_k > 0 or p.top_p < 1 for p in params)
+        return SamplingBatch(
+            params=params,
+            generators=generators,
+            inv_temperatures=on_device(
+                [1.0 / p.temperature if p.temperature else 1.0 for p in params] + [1.0] * num_padding,
+                torch.float32,
+            ),
+            noise_scales=on_device([0.0 if g else 1.0 for g in greedy], torch.float32),
+            top_k=on_device([p.top_k for p in params] + [0] * num_padding, torch.int64)
+            if filtering
+            else None,
+            top_p=on_device([p.top_p for p in params] + [1.0] * num_padding, torch.float32)
+            if filtering
+            else None,
+            all_greedy=all(greedy),
+            num_steps=num_steps,
+        )
+
+    def sample(self, logits: torch.Tensor, batch: SamplingBatch, step: int = 0) -> torch.Tensor:
+        """One token per row of `logits` (as many rows as the batch was prepared for), on the device;
+        `step`: the step of a decode round."""
+        if batch.all_greedy:  # decided on the host: no noise, no filtering
+            return logits.argmax(-1)
+        noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_()
+        for row, generator in enumerate(batch.generators):
+            sits_out = batch.num_steps is not None and step >= batch.num_steps[row]
+            if generator is not None and not sits_out:  # reproducible per request, whatever shares the batch
+                noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
+        if batch.top_k is None:
+            return self._race(logits, batch.inv_temperatures, batch.noise_scales, noise)
+        scores = self._filter_top_k_top_p(logits.float() * batch.inv_temperatures.unsqueeze(1), batch)
+        return race(scores, torch.ones_like(batch.inv_temperatures), batch.noise_scales, noise)
 
     def __call__(
         self, logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
     ) -> list[int]:
-        logits = logits.float()
-        if all(p.is_greedy for p in params):  # decided on the host: no device sync before sampling
-            return logits.argmax(-1).tolist()
-        greedy = torch.tensor([p.is_greedy for p in params]).to(logits.device, non_blocking=True)
-        temperatures = torch.tensor([p.temperature or 1.0 for p in params]).to(
-            logits.device, non_blocking=True
-        )
-        logits = logits / temperatures.unsqueeze(1)
-        if any(p.top_k > 0 or p.top_p < 1 for p in params):
-            logits = self._filter_top_k_top_p(logits, params)
-        noise = torch.empty_like(logits).exponential_()
-        for row, generator in enumerate(generators):
-            if generator is not None:  # reproducible per request, whatever else shares the batch
-                noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
-        # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
-        sampled = (logits - noise.clamp_min_(torch.finfo(noise.dtype).tiny).log()).argmax(-1)
-        return torch.where(greedy, logits.argmax(-1), sampled).tolist()
+        return self.sample(logits, self.prepare(params, generators, logits.device)).tolist()
 
     @staticmethod
-    def _filter_top_k_top_p(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-        vocab_size = logits.shape[1]
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params], device=logits.device)
-        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        ranks = torch.arange(vocab_size, device=logits.device).unsqueeze(0)
-        sorted_probs = sorted_logits.softmax(-1)
+    def _filter_top_k_top_p(scores: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+        vocab_size = scores.shape[1]
+        top_k = torch.where(batch.top_k > 0, batch.top_k, vocab_size)
+        sorted_scores, order = scores.sort(dim=-1, descending=True)
+        ranks = torch.arange(vocab_size, device=scores.device).unsqueeze(0)
+        sorted_probs = sorted_scores.softmax(-1)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs  # keeps the first token that crosses top_p
-        drop = (ranks >= top_k.unsqueeze(1)) | (mass_before >= top_p.unsqueeze(1))
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+        drop = (ranks >= top_k.unsqueeze(1)) | (mass_before >= batch.top_p.unsqueeze(1))
+        sorted_scores = sorted_scores.masked_fill(drop, float("-inf"))
+        return torch.empty_like(scores).scatter_(1, order, sorted_scores)
