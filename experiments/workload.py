@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+import random
+
 from omegaconf import DictConfig, OmegaConf
 
 from nvllm.config import WorkloadConfig, to_dataclass, validate_workload
@@ -16,25 +17,36 @@ def workload_config(cfg: DictConfig) -> WorkloadConfig:
     return workload
 
 
-def _lengths(rng: np.random.Generator, shortest: int | None, longest: int, count: int) -> list[int]:
-    if shortest is None:
-        return [longest] * count
-    return rng.integers(shortest, longest, endpoint=True, size=count).tolist()
+# nano-vLLM's bench draws prompt token ids from [0, 10000]: the same draws make the same workload.
+MAX_RANDOM_TOKEN_ID = 10_000
 
 
 def make_requests(workload: WorkloadConfig, vocab_size: int) -> tuple[list[Prompt], list[SamplingParams]]:
     """`num_seqs` prompts with their sampling params; the same ones for the same seed, whatever the engine.
-    Random prompts are token-id lists, ids uniform in [0, vocab_size)."""
-    rng = np.random.default_rng(workload.seed)
+
+    Random prompts are drawn exactly as nano-vLLM's bench.py draws them (Python's `random` seeded with
+    `workload.seed`: each prompt's length then its token ids, then every output length), so that the
+    bench experiment and nano-vLLM's script run the very same requests (133,966 output tokens for seed 0)."""
+    rng = random.Random(workload.seed)
     count = workload.num_seqs
+
+    def length(shortest: int | None, longest: int) -> int:
+        return longest if shortest is None else rng.randint(shortest, longest)
+
     if workload.prompts:
         prompts = [workload.prompts[i % len(workload.prompts)] for i in range(count)]
     else:
-        input_lens = _lengths(rng, workload.min_input_len, workload.input_len, count)
-        prompts = [rng.integers(0, vocab_size, size=length).tolist() for length in input_lens]
-    output_lens = _lengths(rng, workload.min_output_len, workload.output_len, count)
+        max_token_id = min(MAX_RANDOM_TOKEN_ID, vocab_size - 1)
+        prompts = [
+            [rng.randint(0, max_token_id) for _ in range(length(workload.min_input_len, workload.input_len))]
+            for _ in range(count)
+        ]
     params = [
-        SamplingParams(temperature=workload.temperature, max_tokens=length, ignore_eos=workload.ignore_eos)
-        for length in output_lens
+        SamplingParams(
+            temperature=workload.temperature,
+            max_tokens=length(workload.min_output_len, workload.output_len),
+            ignore_eos=workload.ignore_eos,
+        )
+        for _ in range(count)
     ]
     return prompts, params

@@ -81,7 +81,7 @@ class CompileConfig:
     max_capture_batch_size: int = 512  # decode batches above this run the prefill-style graph
     # Who records decode's CUDA graphs: inductor (mode=reduce-overhead's graph trees) or manual (one
     # torch.cuda.CUDAGraph per batch size around the model compiled without graphs, replayed without dynamo)
-    cuda_graphs: str = "inductor"
+    cuda_graphs: str = "manual"
 
 
 @dataclass

@@ -64,6 +64,12 @@ def test_random_workload_is_seeded_and_in_range():
     assert len({len(prompt) for prompt in prompts}) > 1
 
 
+def test_bench_workload_is_nano_vllms():
+    """The very requests of nano-vLLM's bench.py: its published run generates 133,966 tokens."""
+    _, params = make_requests(workload_config(compose_config(["+experiment=bench"])), vocab_size=151936)
+    assert len(params) == 256 and sum(p.max_tokens for p in params) == 133_966
+
+
 def test_text_prompts_are_cycled():
     workload = workload_config(compose_config(["workload.num_seqs=6"]))
     prompts, params = make_requests(workload, vocab_size=1000)

@@ -5,6 +5,7 @@ import torch
 import torch._dynamo.utils
 
 from nvllm import LLM, SamplingParams
+from nvllm.config import SchedulerConfig
 from tests.checkpoints import write_checkpoint
 
 pytestmark = pytest.mark.gpu
@@ -98,16 +99,25 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
         assert_greedy_path(hf_fp32, prompt, ours_eager)
 
 
-def test_no_recompiles_or_cudagraph_skips_after_warmup(compiled_engine):
+def test_no_recompiles_after_warmup_and_rounds_equal_single_steps(compiled_engine):
     counters = torch._dynamo.utils.counters
     graphs = counters["stats"]["unique_graphs"]
     prompts = [list(range(7, 7 + n)) for n in (3, 90, 257, 513, 1000, 2, 31, 64)] * 5
     compiled_engine.generate(
         prompts, SamplingParams(max_tokens=40, temperature=0.8, ignore_eos=True), use_tqdm=False
     )
+    # decode rounds feed sampled tokens to the next step on the device: the same graphs on the same
+    # batches as one step at a time, so the same tokens, bit for bit
+    greedy = SamplingParams(max_tokens=37, temperature=0, ignore_eos=True)
+    rounds = compiled_engine.generate(prompts[:8], greedy, use_tqdm=False)
+    compiled_engine.scheduler.config.num_decode_steps = 1
+    try:
+        single_steps = compiled_engine.generate(prompts[:8], greedy, use_tqdm=False)
+    finally:
+        compiled_engine.scheduler.config.num_decode_steps = SchedulerConfig().num_decode_steps
+    assert rounds == single_steps
     assert counters["stats"]["unique_graphs"] == graphs, "recompiled after warm-up"
     assert not counters["graph_break"], dict(counters["graph_break"])
-    assert counters["inductor"]["cudagraph_skips"] == 0
 
 
 def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_engine, hf_fp32):
@@ -136,19 +146,22 @@ def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_eng
             assert_greedy_path(hf_fp32, prompt, tokens)
 
 
-def test_manual_cuda_graphs_match_inductor_graphs(checkpoint_06b, compiled_engine, hf_fp32):
-    """compile.cuda_graphs=manual: the same compiled decode, recorded by hand and replayed without dynamo."""
+def test_inductor_cuda_graphs_match_manual_graphs(checkpoint_06b, compiled_engine, hf_fp32):
+    """compile.cuda_graphs=inductor: the same compiled decode, captured by inductor's graph trees
+    (mode="reduce-overhead") instead of by hand, with no CUDA-graph skips."""
     prompts = PROMPTS[:5] * 3  # 15 sequences: padded to a captured size of 16
-    inductor = [o["token_ids"] for o in compiled_engine.generate(prompts, GREEDY, use_tqdm=False)]
+    manual = [o["token_ids"] for o in compiled_engine.generate(prompts, GREEDY, use_tqdm=False)]
+    counters = torch._dynamo.utils.counters
     with LLM(
         str(checkpoint_06b),
         max_num_seqs=64,
         max_model_len=2048,
         gpu_memory_utilization=0.3,
-        compile__cuda_graphs="manual",
-    ) as manual_llm:
-        assert manual_llm.model_runner.decode_graphs is not None
-        manual = [o["token_ids"] for o in manual_llm.generate(prompts, GREEDY, use_tqdm=False)]
+        compile__cuda_graphs="inductor",
+    ) as inductor_llm:
+        assert inductor_llm.model_runner.decode_graphs is None
+        inductor = [o["token_ids"] for o in inductor_llm.generate(prompts, GREEDY, use_tqdm=False)]
+    assert counters["inductor"]["cudagraph_skips"] == 0
     assert [m[0] for m in manual] == [i[0] for i in inductor]  # the same eager prefill
-    for prompt, tokens in zip(prompts, manual):
+    for prompt, tokens in zip(prompts, inductor):
         assert_greedy_path(hf_fp32, prompt, tokens)

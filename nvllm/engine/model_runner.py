@@ -12,12 +12,13 @@ from nvllm.config import EngineConfig, resolve_device
 from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
 from nvllm.engine.cuda_graphs import DecodeGraphs
 from nvllm.engine.scheduler import ScheduledBatch
-from nvllm.engine.step_inputs import StepInputBuilder, StepInputs, capture_sizes
+from nvllm.engine.step_inputs import StepInputBuilder, StepInputs, capture_sizes, to_device_round
 from nvllm.layers.attention import Attention, AttentionMetadata
 from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
 from nvllm.models.weights import checkpoint_tensors, load_weights, random_tensors
 from nvllm.ops import resolve_backend
+from nvllm.sampling_params import SamplingParams
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -141,7 +142,8 @@ class ModelRunner:
     def _compile(self) -> None:
         """Prefill: eager, or compiled without CUDA graphs (token counts vary). Decode: compiled in the
         configured mode and captured at start-up for every padded batch size, by inductor's graph trees
-        (reduce-overhead) or by hand (`compile.cuda_graphs=manual`)."""
+        (reduce-overhead) or by hand (`compile.cuda_graphs=manual`). The sampler compiles on its first
+        (sampling, not greedy) call, made here."""
         self._prefill_forward = self._decode_forward = self.model
         self.decode_guards_checked = False
         compile_config = self.config.compile
@@ -167,7 +169,8 @@ class ModelRunner:
         if decode_mode == "reduce-overhead" and (manual_graphs or not self.use_cuda_graphs):
             decode_mode = "default"  # graphs recorded by hand, or none possible: inductor adds none
         self._decode_forward = torch.compile(decode_forward, mode=decode_mode, fullgraph=True, dynamic=True)
-        self._run_model(self.inputs.dummy_decode(2))
+        logits = self._run_model(self.inputs.dummy_decode(2))
+        self.sampler.sample(logits, self.sampler.prepare([SamplingParams()] * 2, [None] * 2, self.device))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if manual_graphs:
@@ -228,27 +231,32 @@ class ModelRunner:
         Each decode step takes its input tokens from the step before on the device: the host waits for the
         device once, at the end. (Not under inference mode: inputs made there would differ from the
         warm-up's in dispatch keys, which compiled graphs guard on.)"""
+        steps = self.inputs.build(batch)
+        if not batch.is_prefill:
+            steps = self.stage_round(steps)
         sampled_seqs = batch.sampled_seqs
-        sampling, tokens = None, []
-        for step, inputs in enumerate(self.inputs.build(batch)):
+        sampling = self.sampler.prepare(
+            [seq.sampling_params for seq in sampled_seqs],
+            [seq.generator for seq in sampled_seqs],
+            self.device,
+            num_rows=steps[0].num_logits,
+            num_steps=None if batch.is_prefill else batch.num_new_tokens,
+        )
+        tokens = []
+        for step, inputs in enumerate(steps):
             if inputs.input_ids is None:
                 padding = inputs.positions.shape[0] - tokens[-1].shape[0]
                 inputs.input_ids = torch.nn.functional.pad(tokens[-1], (0, padding))
             logits = self.execute(inputs)
-            if not sampled_seqs:
-                continue
-            if sampling is None:
-                sampling = self.sampler.prepare(
-                    [seq.sampling_params for seq in sampled_seqs],
-                    [seq.generator for seq in sampled_seqs],
-                    logits.device,
-                    num_rows=logits.shape[0],
-                    num_steps=None if batch.is_prefill else batch.num_new_tokens,
-                )
-            tokens.append(self.sampler.sample(logits, sampling, step))
+            if sampled_seqs:
+                tokens.append(self.sampler.sample(logits, sampling, step))
         if not tokens:
             return []
         return torch.stack(tokens, dim=1)[: len(sampled_seqs)].tolist()
+
+    def stage_round(self, steps: list[StepInputs]) -> list[StepInputs]:
+        """A decode round's inputs, copied to the device up front so that no step waits for a copy."""
+        return to_device_round(steps, self.device)
 
     def shutdown(self) -> None:
         for layer in self._attention_layers():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from nvllm.engine.scheduler import ScheduledBatch
+from nvllm.transfer import to_device
 
 
 @dataclass
@@ -24,6 +26,30 @@ class StepInputs:
     max_seqlen_k: int
     logits_indices: torch.Tensor | None  # None in decode: every row is a sequence's last token
     is_prefill: bool
+
+    @property
+    def num_logits(self) -> int:
+        """Rows of the logits the step returns (padded: at least 2)."""
+        return (self.positions if self.logits_indices is None else self.logits_indices).shape[0]
+
+
+def to_device_round(steps: list[StepInputs], device: torch.device | str) -> list[StepInputs]:
+    """A decode round's inputs on the device, one copy per field for all its steps (see `to_device`)."""
+    per_step = {
+        name: to_device(torch.stack([getattr(step, name) for step in steps]), device).unbind(0)
+        for name in ("positions", "slot_mapping", "seqlens_k")
+    }
+    shared = {name: to_device(getattr(steps[0], name), device) for name in ("cu_seqlens_q", "block_tables")}
+    first_input_ids = to_device(steps[0].input_ids, device)
+    return [
+        dataclasses.replace(
+            step,
+            input_ids=first_input_ids if index == 0 else None,
+            **{name: rows[index] for name, rows in per_step.items()},
+            **shared,
+        )
+        for index, step in enumerate(steps)
+    ]
 
 
 def capture_sizes(max_batch_size: int) -> list[int]:

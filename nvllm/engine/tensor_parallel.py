@@ -233,6 +233,10 @@ class TensorParallelRunner(ModelRunner):
     def worker_pids(self) -> list[int]:
         return [process.pid for process in self.workers.processes]
 
+    def stage_round(self, steps: list[StepInputs]) -> list[StepInputs]:
+        """Left on the host: every step's inputs go to the workers from there."""
+        return steps
+
     def execute(self, inputs: StepInputs) -> torch.Tensor:
         """Broadcast the step, then run rank 0's share. Any failure ends every rank: after a half-run step
         the ranks' collectives can no longer be matched up."""

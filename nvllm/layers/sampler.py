@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import torch
 
 from nvllm.sampling_params import SamplingParams
+from nvllm.transfer import to_device
 
 TINY = torch.finfo(torch.float32).tiny
 
@@ -59,7 +60,7 @@ class Sampler:
         greedy = [p.is_greedy for p in params] + [True] * num_padding
 
         def on_device(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+            return to_device(torch.tensor(values, dtype=dtype), device)
 
         filtering = any(p.top_k > 0 or p.top_p < 1 for p in params)
         return SamplingBatch(
