@@ -250,7 +250,9 @@ def test_engines_release_everything(tensor_parallel_size):
 def test_engines_return_gpu_memory_to_baseline():
     baseline = torch.cuda.memory_allocated()
     for _ in range(3):
-        with LLM("tiny", kvcache_block_size=256, num_kvcache_blocks=64, device="cuda") as llm:
+        # two layers of the 0.6B shape: head_dim 128, which flash-attn builds trimmed to that one serve
+        engine = LLM("qwen3-0.6b", model__num_hidden_layers=2, num_kvcache_blocks=64, device="cuda")
+        with engine as llm:
             llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
         del llm
         gc.collect()

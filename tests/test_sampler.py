@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nvllm import SamplingParams
-from nvllm.layers.sampler import Sampler
+from nvllm.layers.sampler import Sampler, chunked_argmax
 from tests.engine_utils import random_prompt, tiny_llm
 
 NUM_DRAWS = 40_000
@@ -46,6 +46,15 @@ def test_greedy_is_argmax_also_next_to_sampled_rows():
     tokens = Sampler()(logits, params, [None] * 6)
     assert tokens[0::2] == logits[0::2].argmax(-1).tolist()
     assert Sampler()(logits, [SamplingParams(temperature=0)] * 6, [None] * 6) == logits.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("width", [151936, 1000, 7])
+def test_chunked_argmax_is_argmax_and_takes_the_first_maximum(width):
+    scores = torch.randn(5, width)
+    scores[1] = 0.0  # all tied: the first
+    scores[2, [width // 3, width - 1]] = 100.0  # tied across chunks: the first
+    assert chunked_argmax(scores).tolist() == scores.argmax(-1).tolist()
+    assert chunked_argmax(scores)[1:3].tolist() == [0, width // 3]
 
 
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])

@@ -20,7 +20,7 @@ STATIC_INPUTS = ("input_ids", "positions", "slot_mapping", "cu_seqlens_q", "seql
 
 
 class DecodeGraphs:
-    @torch.inference_mode()
+    @torch.no_grad()  # as in ModelRunner._run_model
     def __init__(self, forward: Callable, builder: StepInputBuilder, device: str):
         largest = builder.dummy_decode(builder.decode_batch_sizes[-1])
         self.static = {name: getattr(largest, name).to(device) for name in STATIC_INPUTS}

@@ -185,7 +185,9 @@ class ModelRunner:
         self.timings["capture_s"] = time.perf_counter() - start
         self.decode_guards_checked = True
 
-    @torch.inference_mode()
+    # no_grad, not inference_mode: tensors made under inference mode carry other dispatch keys, and the
+    # compiled graphs (which guard on them) see inputs made both inside and outside this call
+    @torch.no_grad()
     def _run_model(self, inputs: StepInputs, compiled: bool = True) -> torch.Tensor:
         graphs = self.decode_graphs
         if compiled and not inputs.is_prefill and graphs is not None and graphs.holds(inputs):
@@ -229,8 +231,7 @@ class ModelRunner:
         """Every step of `batch`; for each of `batch.sampled_seqs`, the tokens sampled for it: one in
         prefill, one per step of the round in decode (the scheduler keeps the steps the sequence took).
         Each decode step takes its input tokens from the step before on the device: the host waits for the
-        device once, at the end. (Not under inference mode: inputs made there would differ from the
-        warm-up's in dispatch keys, which compiled graphs guard on.)"""
+        device once, at the end."""
         steps = self.inputs.build(batch)
         if not batch.is_prefill:
             steps = self.stage_round(steps)

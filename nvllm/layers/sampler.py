@@ -17,7 +17,18 @@ def race(
     with a noise scale of 0 the greedy choice. One pass over the logits when compiled."""
     scores = logits.float() * inv_temperatures.unsqueeze(1)
     # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
-    return (scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log()).argmax(-1)
+    return chunked_argmax(scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log())
+
+
+def chunked_argmax(scores: torch.Tensor) -> torch.Tensor:
+    """`scores.argmax(-1)` (the first maximum of each row) in two passes, over chunks of the row and then
+    over the chunks' maxima: compiled as one pass, a row went to one GPU program, which took 58 µs for the
+    2 rows of a single-stream step over Qwen3's 151,936 logits on the H200."""
+    num_rows, width = scores.shape
+    num_chunks = next(n for n in (128, 64, 32, 16, 8, 4, 2, 1) if width % n == 0)
+    chunk_maxima, offsets = scores.view(num_rows, num_chunks, width // num_chunks).max(-1)
+    best_chunk = chunk_maxima.argmax(-1, keepdim=True)
+    return (best_chunk * (width // num_chunks) + offsets.gather(1, best_chunk)).squeeze(1)
 
 
 @dataclass

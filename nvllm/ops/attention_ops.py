@@ -56,7 +56,12 @@ def _implementation(backend: str):
     return torch_attention if backend == "torch" else _flash_attention_module()
 
 
-@torch.library.custom_op("nvllm::store_kvcache", mutates_args=("k_cache", "v_cache"))
+# flexible_layout: inductor may pass the tensors in the layout it produced them in (a K/V split off the
+# packed QKV row, say) instead of copying each into eager's strides first: two copy kernels per layer and
+# step. Both backends take any layout whose last dimension is contiguous (the flash-attn one asserts it).
+@torch.library.custom_op(
+    "nvllm::store_kvcache", mutates_args=("k_cache", "v_cache"), tags=(torch.Tag.flexible_layout,)
+)
 def store_kvcache(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -75,7 +80,7 @@ def _(key, value, k_cache, v_cache, slot_mapping, backend):
     return None
 
 
-@torch.library.custom_op("nvllm::attention", mutates_args=())
+@torch.library.custom_op("nvllm::attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -103,4 +108,4 @@ def attention(
 def _(
     query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale, backend
 ):
-    return torch.empty_like(query)
+    return query.new_empty(query.shape)  # contiguous (both backends return that), whatever the query's layout

@@ -20,7 +20,7 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
 def attention(
     query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
 ):
-    out = torch.zeros_like(query)
+    out = query.new_zeros(query.shape)  # contiguous whatever the query's layout, as the op promises
     block_size = k_cache.shape[1]
     starts = cu_seqlens_q.tolist()
     for i, len_k in enumerate(seqlens_k.tolist()):
