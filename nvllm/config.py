@@ -62,7 +62,7 @@ class SchedulerConfig:
     # to the next on the device, and the host reads the tokens once at the end. The host's per-step work
     # (scheduling, inputs, bookkeeping) then overlaps the GPU instead of idling it between steps; a
     # sequence that stops inside a round has its extra tokens discarded.
-    num_decode_steps: int = 8
+    num_decode_steps: int = 16
 
 
 @dataclass
