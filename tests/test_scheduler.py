@@ -140,7 +140,7 @@ def test_chunking_preemption_and_prefix_hits_together(reference):
         for seed in range(len(shapes))
     ]
     alone = [reference.generate([p], sp, use_tqdm=False)[0] for p, sp in zip(prompts, params, strict=True)]
-    with engine(num_kvcache_blocks=14, max_num_batched_tokens=8, max_num_seqs=4) as llm:
+    with engine(num_kvcache_blocks=10, max_num_batched_tokens=8, max_num_seqs=4) as llm:  # preempts
         outputs = llm.generate(prompts, params, use_tqdm=False)
         stats = llm.stats()
         assert_engine_idle(llm)
