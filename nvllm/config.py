@@ -75,9 +75,10 @@ class CompileConfig:
     # None: compile on CUDA, run eager on the CPU (where compiling a full-size model takes minutes)
     enabled: bool | None = None
     mode: str = "reduce-overhead"  # decode; prefill is compiled without CUDA graphs (dynamic token count)
-    # Prefill is compute-bound and a small share of a run: compiling it gained ~1.6x on prefill alone but
-    # costs a second compile at start-up (see README's measurements), so it is opt-in.
-    compile_prefill: bool = False
+    # Prefill compiled without CUDA graphs (one dynamic graph for every token count): a 16,384-token step
+    # of Qwen3-0.6B takes 47 ms instead of 102 ms eager on the H200 (the eager one is mostly elementwise
+    # kernels), for a second compile at start-up.
+    compile_prefill: bool = True
     max_capture_batch_size: int = 512  # decode batches above this run the prefill-style graph
     # Who records decode's CUDA graphs: inductor (mode=reduce-overhead's graph trees) or manual (one
     # torch.cuda.CUDAGraph per batch size around the model compiled without graphs, replayed without dynamo)

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from experiments import bench, generate, latency
 from experiments.sweep_summary import PLOT_NAME, SweepSummary
-from experiments.workload import make_requests, workload_config
+from experiments.workload import MAX_RANDOM_TOKEN_ID, make_requests, workload_config
 from nvllm import LLM, SamplingParams
 from nvllm.run import compose_config
 
@@ -88,7 +88,9 @@ def test_bench_reports_writes_and_logs(tmp_path, capsys):
     cfg = compose_config(["+experiment=bench", *TINY, *SMALL_WORKLOAD])
     metrics = bench.run(cfg, tmp_path, name="test-bench")
     assert set(metrics) == BENCH_METRICS
-    expected_tokens = sum(p.max_tokens for p in make_requests(workload_config(cfg), vocab_size=2)[1])
+    # any vocabulary beyond nano-vLLM's token-id range draws the same requests as the engine's
+    requests = make_requests(workload_config(cfg), vocab_size=MAX_RANDOM_TOKEN_ID + 1)
+    expected_tokens = sum(p.max_tokens for p in requests[1])
     assert metrics["output_tokens"] == expected_tokens and metrics["output_tok_per_s"] > 0
     assert metrics["num_kv_blocks"] == 256 and metrics["peak_gpu_memory_gib"] is None  # CPU
     results = json.loads((tmp_path / "results.json").read_text())

@@ -264,6 +264,11 @@ class ModelRunner:
             layer.k_cache = layer.v_cache = torch.empty(0)
         self.model = self._prefill_forward = self._decode_forward = self.decode_graphs = None
         if self.device.startswith("cuda"):
+            # cuBLAS keeps a workspace (32 MiB on the H200) per stream it ran on, the CUDA-graph capture
+            # stream included: released here, so that an engine leaves memory where it found it
+            clear_cublas_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear_cublas_workspaces is not None:
+                clear_cublas_workspaces()
             torch.cuda.empty_cache()
         if self.config.parallel.tensor_parallel_size > 1:
             destroy_tensor_parallel()
