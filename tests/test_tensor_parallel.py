@@ -101,6 +101,24 @@ def test_failed_workers_raise_then_a_new_engine_works():
     assert_released(shm_name, worker_pids)
 
 
+def test_worker_killed_while_idle_raises_instead_of_hanging():
+    """A worker killed while it waits for the next message (between two `generate` calls). With
+    `multiprocessing.Event`s this hung rank 0 forever in the next `Event.set()`."""
+    prompts = [random_prompt(10, seed=i) for i in range(2)]
+    short = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    llm = tiny_llm(tensor_parallel_size=2, **SETTINGS)
+    shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
+    llm.generate(prompts, short, use_tqdm=False)
+    time.sleep(0.2)  # the worker is back waiting for a message
+    os.kill(worker_pids[0], signal.SIGKILL)
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"worker rank 1 \(pid \d+\) was killed by SIGKILL"):
+        llm.generate(prompts, short, use_tqdm=False)
+    assert time.perf_counter() - start < 10
+    llm.shutdown()
+    assert_released(shm_name, worker_pids)
+
+
 def test_parallel_configs_and_sizes_that_do_not_divide_the_heads():
     for size, model in [(2, "tiny"), (4, "tiny"), (8, "qwen3-8b")]:
         config = engine_config_from_run_config(compose_config([f"parallel=tp{size}", f"model={model}"]))
@@ -143,8 +161,20 @@ def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
         logits_indices=torch.zeros(seqs, dtype=torch.int64),
         is_prefill=True,
     )
-    packed = pack_inputs(largest, block_size)
-    assert len(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)
+    packed = pack_inputs(largest, width)
+    assert len(pickle.dumps([packed], protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)
     unpacked = unpack_inputs(packed)
     for field in dataclasses.fields(StepInputs):
         torch.testing.assert_close(getattr(unpacked, field.name), getattr(largest, field.name))
+    # a decode round: every sequence, full block tables, `num_decode_steps` steps
+    decode_step = dataclasses.replace(
+        largest,
+        input_ids=None,
+        positions=torch.zeros(seqs, dtype=torch.int64),
+        slot_mapping=torch.zeros(seqs, dtype=torch.int64),
+        max_seqlen_q=1,
+        logits_indices=None,
+        is_prefill=False,
+    )
+    round_message = [pack_inputs(decode_step, width) for _ in range(sched.num_decode_steps)]
+    assert len(pickle.dumps(round_message, protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)

@@ -4,6 +4,7 @@ inputs (built by `StepInputBuilder`) through it and, on rank 0, samples."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -233,8 +234,7 @@ class ModelRunner:
         Each decode step takes its input tokens from the step before on the device: the host waits for the
         device once, at the end."""
         steps = self.inputs.build(batch)
-        if not batch.is_prefill:
-            steps = self.stage_round(steps)
+        self.dispatch(steps)
         sampled_seqs = batch.sampled_seqs
         sampling = self.sampler.prepare(
             [seq.sampling_params for seq in sampled_seqs],
@@ -243,21 +243,38 @@ class ModelRunner:
             num_rows=steps[0].num_logits,
             num_steps=None if batch.is_prefill else batch.num_new_tokens,
         )
-        tokens = []
-        for step, inputs in enumerate(steps):
-            if inputs.input_ids is None:
-                padding = inputs.positions.shape[0] - tokens[-1].shape[0]
-                inputs.input_ids = torch.nn.functional.pad(tokens[-1], (0, padding))
-            logits = self.execute(inputs)
+        tokens: list[torch.Tensor] = []
+
+        def sampled_input_ids(num_rows: int) -> torch.Tensor:
+            padding = num_rows - tokens[-1].shape[0]
+            return self.share_input_ids(torch.nn.functional.pad(tokens[-1], (0, padding)))
+
+        for step, logits in enumerate(self.forward_steps(steps, sampled_input_ids)):
             if sampled_seqs:
                 tokens.append(self.sampler.sample(logits, sampling, step))
         if not tokens:
             return []
         return torch.stack(tokens, dim=1)[: len(sampled_seqs)].tolist()
 
-    def stage_round(self, steps: list[StepInputs]) -> list[StepInputs]:
-        """A decode round's inputs, copied to the device up front so that no step waits for a copy."""
-        return to_device_round(steps, self.device)
+    def forward_steps(
+        self, steps: list[StepInputs], next_input_ids: Callable[[int], torch.Tensor]
+    ) -> Iterator[torch.Tensor]:
+        """The logits of each step in turn; the next step runs once the caller has taken them. A decode
+        round's inputs are copied to the device up front, so that no step waits for a copy; a step without
+        input ids gets them from `next_input_ids(num_rows)`."""
+        if not steps[0].is_prefill:
+            steps = to_device_round(steps, self.device)
+        for inputs in steps:
+            if inputs.input_ids is None:
+                inputs.input_ids = next_input_ids(inputs.positions.shape[0])
+            yield self._run_model(inputs)
+
+    def dispatch(self, steps: list[StepInputs]) -> None:
+        """Hand a batch's steps to the other ranks: nothing to do without tensor parallelism."""
+
+    def share_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """A decode step's input ids, sampled on this rank, as every rank needs them."""
+        return input_ids
 
     def shutdown(self) -> None:
         for layer in self._attention_layers():

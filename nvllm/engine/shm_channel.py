@@ -1,7 +1,11 @@
 """One writer (rank 0) broadcasting pickled messages to N readers (the worker ranks) through one shared-memory
-buffer, with a `ready` and a `read` event per reader; plus a slot per reader for the traceback of its failure.
+buffer, with a `ready` and a `read` semaphore per reader; plus a slot per reader for the traceback of its
+failure.
 
 Every wait polls a liveness check, so a reader or writer that dies turns into an error instead of a hang.
+Semaphores, not `multiprocessing.Event`s: an Event's `set()` waits for every process asleep in `wait()` to
+acknowledge, so a worker killed while waiting for a message made rank 0's next `set()` hang forever; a
+semaphore's `release()` never waits.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ ERROR_SLOT_BYTES = 64 * 1024
 POLL_S = 0.05
 
 
-def _wait(event: Any, check: Callable[[], None]) -> None:
-    """Wait for `event`, calling `check` (which raises when the other side is gone) between short waits."""
-    while not event.wait(POLL_S):
+def _acquire(semaphore: Any, check: Callable[[], None]) -> None:
+    """Take `semaphore`, calling `check` (which raises when the other side is gone) between short waits."""
+    while not semaphore.acquire(timeout=POLL_S):
         check()
 
 
@@ -34,10 +38,8 @@ class ShmBroadcast:
         name = f"nvllm_tp_{os.getpid()}_{uuid.uuid4().hex[:12]}"
         size = HEADER.size + capacity + num_readers * ERROR_SLOT_BYTES
         self.shm = SharedMemory(name, create=True, size=size)
-        self.ready = [context.Event() for _ in range(num_readers)]
-        self.read = [context.Event() for _ in range(num_readers)]
-        for event in self.read:
-            event.set()  # the buffer starts free
+        self.ready = [context.Semaphore(0) for _ in range(num_readers)]  # a message is waiting
+        self.read = [context.Semaphore(1) for _ in range(num_readers)]  # the buffer is free (it starts so)
 
     @property
     def name(self) -> str:
@@ -55,13 +57,12 @@ class ShmBroadcast:
                 f"a {len(payload)}-byte message does not fit the {self.capacity}-byte shared-memory buffer "
                 "sized from the scheduler config"
             )
-        for event in self.read:
-            _wait(event, check)
-            event.clear()
+        for semaphore in self.read:
+            _acquire(semaphore, check)
         HEADER.pack_into(self.shm.buf, 0, len(payload))
         self.shm.buf[HEADER.size : HEADER.size + len(payload)] = payload
-        for event in self.ready:
-            event.set()
+        for semaphore in self.ready:
+            semaphore.release()
 
     def error(self, index: int) -> str:
         """What reader `index` wrote about its failure ('' if nothing)."""
@@ -94,11 +95,10 @@ class ShmReader:
         self.shm = SharedMemory(self.name)
 
     def receive(self, check: Callable[[], None]) -> Any:
-        _wait(self.ready, check)
-        self.ready.clear()
+        _acquire(self.ready, check)
         (length,) = HEADER.unpack_from(self.shm.buf, 0)
         message = pickle.loads(self.shm.buf[HEADER.size : HEADER.size + length])
-        self.read.set()
+        self.read.release()
         return message
 
     def report_error(self, text: str) -> None:

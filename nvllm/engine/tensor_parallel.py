@@ -1,8 +1,10 @@
 """Tensor parallelism over processes: rank 0 is the caller's process (it schedules and samples); ranks
 1..N-1 are spawned workers, each with its own model shard and KV cache, that run every step rank 0 runs.
 
-Rank 0 builds a step's inputs once and broadcasts them through shared memory (`ShmBroadcast`); the model's
-collectives (torch.distributed: NCCL on CUDA, gloo on the CPU) keep the ranks in lockstep. A worker that
+Rank 0 builds a batch's inputs once and broadcasts them through shared memory (`ShmBroadcast`): a prefill
+step, or a whole decode round, whose later steps take their input ids from a torch.distributed broadcast
+of the tokens rank 0 samples (on the device with NCCL). The model's collectives (NCCL on CUDA, gloo on the
+CPU) keep the ranks in lockstep. A worker that
 raises leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for
 the workers, or when its own collective fails, and raises an error that names the worker.
 """
@@ -17,6 +19,8 @@ import signal
 import sys
 import traceback
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for_exit
 from typing import Any, NoReturn
 
@@ -27,6 +31,7 @@ import torch.distributed as dist
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, tcp_store
 from nvllm.engine.model_runner import ModelRunner
+from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.shm_channel import ShmBroadcast, ShmReader
 from nvllm.engine.step_inputs import StepInputs
 
@@ -36,16 +41,22 @@ EXIT_GRACE_S = 5.0  # after rank 0's collective fails, how long a dying worker g
 
 
 def message_capacity(config: EngineConfig) -> int:
-    """Bytes for the largest step the scheduler config allows: int32 token arrays (ids, positions, slots,
-    logits indices), per-sequence lengths and full block tables, plus room for pickling."""
+    """Bytes for the largest message the scheduler config allows, a prefill step or a decode round: int32
+    token arrays (ids, positions, slots, logits indices), per-sequence lengths and full block tables, plus
+    room for pickling."""
     scheduler = config.scheduler
-    tokens = max(scheduler.max_num_batched_tokens, scheduler.max_num_seqs, 2)
     seqs = max(scheduler.max_num_seqs, 2)
     blocks_per_seq = -(-scheduler.max_model_len // config.cache.block_size)
-    return 4 * (4 * tokens + 2 * seqs + 1 + seqs * blocks_per_seq) + 64 * 1024
+
+    def step_bytes(num_tokens: int) -> int:
+        return 4 * (4 * num_tokens + 2 * seqs + 1 + seqs * blocks_per_seq)
+
+    prefill = step_bytes(max(scheduler.max_num_batched_tokens, 2))
+    decode_round = scheduler.num_decode_steps * step_bytes(seqs)
+    return max(prefill, decode_round) + 64 * 1024
 
 
-def pack_inputs(inputs: StepInputs, block_size: int) -> dict[str, Any]:
+def pack_inputs(inputs: StepInputs, num_block_columns: int) -> dict[str, Any]:
     """A step's inputs as small numpy payloads: int32 (token ids, positions and KV slots all fit), and
     block tables cut to the columns that attention reads (decode pads them to `max_model_len`)."""
     fields = {}
@@ -54,9 +65,8 @@ def pack_inputs(inputs: StepInputs, block_size: int) -> dict[str, Any]:
         is_tensor = isinstance(value, torch.Tensor)
         # a decode round's later steps take their tokens from the device (read here: one sync a step)
         fields[field.name] = (value.cpu().numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
-    used_blocks = -(-int(inputs.seqlens_k.max()) // block_size)
     block_tables, dtype = fields["block_tables"]
-    fields["block_tables"] = (block_tables[:, :used_blocks], dtype, block_tables.shape[1])
+    fields["block_tables"] = (block_tables[:, :num_block_columns], dtype, block_tables.shape[1])
     return fields
 
 
@@ -111,9 +121,17 @@ def _serve(config: EngineConfig, rank: int, store_port: int, reader: ShmReader) 
     store = tcp_store(store_port, config.parallel.tensor_parallel_size)
     store.set(f"joining/{rank}", "1")
     runner = ModelRunner(config, rank, store)
+
+    def input_ids_from_rank0(num_rows: int) -> torch.Tensor:
+        input_ids = torch.empty(num_rows, dtype=torch.int64, device=runner.device)
+        dist.broadcast(input_ids, src=0)
+        return input_ids
+
     try:
         while (message := reader.receive(check_parent)) != SHUTDOWN:
-            runner.execute(unpack_inputs(message))
+            steps = [unpack_inputs(fields) for fields in message]
+            for _ in runner.forward_steps(steps, input_ids_from_rank0):
+                pass  # the logits are rank 0's to sample
     finally:
         runner.shutdown()
 
@@ -233,20 +251,38 @@ class TensorParallelRunner(ModelRunner):
     def worker_pids(self) -> list[int]:
         return [process.pid for process in self.workers.processes]
 
-    def stage_round(self, steps: list[StepInputs]) -> list[StepInputs]:
-        """Left on the host: every step's inputs go to the workers from there."""
-        return steps
-
-    def execute(self, inputs: StepInputs) -> torch.Tensor:
-        """Broadcast the step, then run rank 0's share. Any failure ends every rank: after a half-run step
-        the ranks' collectives can no longer be matched up."""
+    @contextmanager
+    def _all_ranks_or_none(self) -> Iterator[None]:
+        """Any failure while the ranks run a step ends every rank: after a half-run step the ranks'
+        collectives can no longer be matched up."""
         if not self.workers.healthy:
             raise RuntimeError("the tensor-parallel workers were stopped after an error: create a new engine")
         try:
-            self.workers.broadcast(pack_inputs(inputs, self.block_size))
-            return super().execute(inputs)
+            yield
         except BaseException as error:
             self._stop_after(error)
+
+    def run(self, batch: ScheduledBatch) -> list[list[int]]:
+        with self._all_ranks_or_none():
+            return super().run(batch)
+
+    def execute(self, inputs: StepInputs) -> torch.Tensor:
+        """One step outside `run` (tests read its logits): broadcast, then run rank 0's share."""
+        with self._all_ranks_or_none():
+            self.dispatch([inputs])
+            return super().execute(inputs)
+
+    def dispatch(self, steps: list[StepInputs]) -> None:
+        """All of a batch's steps in one message: a decode round's later steps carry no input ids, which
+        `share_input_ids` sends once they are sampled."""
+        # one width for every step: the steps of a round share one block table (the last step's reach)
+        longest = max(int(step.seqlens_k.max()) for step in steps)
+        columns = -(-longest // self.block_size)
+        self.workers.broadcast([pack_inputs(step, columns) for step in steps])
+
+    def share_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(input_ids, src=0)  # on the device with NCCL: the host does not wait for it
+        return input_ids
 
     def _stop_after(self, error: BaseException) -> NoReturn:
         failure = self.workers.failure(error)
