@@ -133,13 +133,9 @@ class Scheduler:
             new_tokens = next(sampled)
             if not batch.is_prefill:
                 new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
-            stopped = False
-            for token_id in new_tokens:  # tokens sampled after a stop are discarded
-                seq.token_ids.append(token_id)
-                self.num_generated_tokens += 1
-                if self._stops(seq, token_id):
-                    stopped = True
-                    break
+            kept, stopped = self._take_until_stop(seq, new_tokens)  # tokens after a stop are discarded
+            seq.token_ids.extend(new_tokens[:kept])
+            self.num_generated_tokens += kept
             seq.num_computed_tokens = len(seq) - 1  # every token but the newest has its KV in the cache
             self.block_manager.register_computed_blocks(seq)
             if stopped:
@@ -149,10 +145,15 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
-    def _stops(self, seq: Sequence, token_id: int) -> bool:
+    def _take_until_stop(self, seq: Sequence, new_tokens: list[int]) -> tuple[int, bool]:
+        """How many of `new_tokens` the sequence takes (up to and including the first that stops it: an EOS
+        unless ignored, its `max_tokens`-th token, or the one that makes it `max_model_len` long), and whether
+        one did."""
         params = seq.sampling_params
-        return (
-            (not params.ignore_eos and token_id == self.eos_token_id)
-            or seq.num_completion_tokens >= params.max_tokens
-            or len(seq) >= self.config.max_model_len
+        stop_at = min(
+            max(1, params.max_tokens - seq.num_completion_tokens),
+            max(1, self.config.max_model_len - len(seq)),
         )
+        if not params.ignore_eos and self.eos_token_id in new_tokens:
+            stop_at = min(stop_at, new_tokens.index(self.eos_token_id) + 1)
+        return min(stop_at, len(new_tokens)), stop_at <= len(new_tokens)

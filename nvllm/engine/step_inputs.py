@@ -171,35 +171,42 @@ class StepInputBuilder:
         Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and `max_seqlen_k`
         fixed at `max_model_len`, so that only the batch size ever changes a graph."""
         size = self._decode_batch_size(len(batch.seqs))
-        num_seqs = len(batch.seqs)
-        first_positions = np.array([len(seq) - 1 for seq in batch.seqs], dtype=np.int64)
-        num_steps = np.array(batch.num_new_tokens, dtype=np.int64)
+        num_seqs, num_steps = len(batch.seqs), batch.num_steps
         block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
         for row, seq in enumerate(batch.seqs):
             block_tables[row, : len(seq.block_table)] = seq.block_table
-        block_tables_tensor = torch.from_numpy(block_tables)
-        rows = np.arange(num_seqs)
-        steps = []
-        for step in range(batch.num_steps):
-            positions = first_positions + np.minimum(step, num_steps - 1)
-            slots = block_tables[rows, positions // self.block_size].astype(np.int64) * self.block_size + (
-                positions % self.block_size
+        # [step, sequence]: a sequence's position advances until its last step, then stays put
+        first_positions = np.array([len(seq) - 1 for seq in batch.seqs], dtype=np.int64)
+        steps_taken = np.array(batch.num_new_tokens, dtype=np.int64)
+        step_index = np.arange(num_steps)[:, None]
+        positions = first_positions + np.minimum(step_index, steps_taken - 1)
+        blocks = block_tables[np.arange(num_seqs), positions // self.block_size].astype(np.int64)
+        slots = np.where(step_index < steps_taken, blocks * self.block_size + positions % self.block_size, -1)
+
+        def padded_steps(values: np.ndarray, fill: int, dtype: torch.dtype) -> torch.Tensor:
+            out = np.full((num_steps, size), fill, dtype=np.int64)
+            out[:, :num_seqs] = values
+            return torch.from_numpy(out).to(dtype)
+
+        all_positions = padded_steps(positions, 0, torch.int64)
+        all_slots = padded_steps(slots, -1, torch.int64)
+        all_seqlens = padded_steps(positions + 1, 0, torch.int32)
+        shared = dict(
+            cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
+            block_tables=torch.from_numpy(block_tables),
+            max_seqlen_q=1,
+            max_seqlen_k=self.max_model_len,
+            logits_indices=None,
+            is_prefill=False,
+        )
+        first_input_ids = torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0))
+        return [
+            StepInputs(
+                input_ids=first_input_ids if step == 0 else None,
+                positions=all_positions[step],
+                slot_mapping=all_slots[step],
+                seqlens_k=all_seqlens[step],
+                **shared,
             )
-            slots[step >= num_steps] = -1
-            steps.append(
-                StepInputs(
-                    input_ids=torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0))
-                    if step == 0
-                    else None,
-                    positions=torch.tensor(padded(positions.tolist(), size, 0), dtype=torch.int64),
-                    slot_mapping=torch.tensor(padded(slots.tolist(), size, -1), dtype=torch.int64),
-                    cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
-                    seqlens_k=torch.tensor(padded((positions + 1).tolist(), size, 0), dtype=torch.int32),
-                    block_tables=block_tables_tensor,
-                    max_seqlen_q=1,
-                    max_seqlen_k=self.max_model_len,
-                    logits_indices=None,
-                    is_prefill=False,
-                )
-            )
-        return steps
+            for step in range(num_steps)
+        ]
