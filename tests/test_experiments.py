@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from multiprocessing import resource_tracker
 from pathlib import Path
 
@@ -49,10 +50,22 @@ def wandb_run_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))
 
 
-def logged(run_file: Path, key: str, value) -> bool:
-    """Whether the offline run holds `key` logged as `value` (records store the key and its JSON text)."""
-    data = run_file.read_bytes()
-    return key.encode() in data and json.dumps(value).encode() in data
+def run_file_holding(directory: Path, *expected: bytes, timeout_s: float = 30.0) -> bytes:
+    """The one offline wandb run under `directory`, read once it holds every `expected` byte string (or
+    after `timeout_s`): wandb's service process may still be writing it a moment after `run.finish()`
+    returns (seen on the 2-core CI machine: only the file's header was there)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        [run_file] = wandb_run_files(directory)
+        data = run_file.read_bytes()
+        if all(item in data for item in expected) or time.monotonic() > deadline:
+            return data
+        time.sleep(0.2)
+
+
+def logged(key: str, value) -> tuple[bytes, bytes]:
+    """What an offline run holds for `key` logged as `value`: the key and the value's JSON text."""
+    return key.encode(), json.dumps(value).encode()
 
 
 def test_random_workload_is_seeded_and_in_range():
@@ -95,9 +108,9 @@ def test_bench_reports_writes_and_logs(tmp_path, capsys):
     assert metrics["num_kv_blocks"] == 256 and metrics["peak_gpu_memory_gib"] is None  # CPU
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["metrics"] == metrics and results["config"]["cache"]["block_size"] == 16
-    [run_file] = wandb_run_files(tmp_path)
-    assert logged(run_file, "output_tok_per_s", metrics["output_tok_per_s"])
-    assert b"test-bench" in run_file.read_bytes()  # the run's name
+    expected = (*logged("output_tok_per_s", metrics["output_tok_per_s"]), b"test-bench")  # + the run's name
+    data = run_file_holding(tmp_path, *expected)
+    assert all(item in data for item in expected)
     assert "Throughput:" in capsys.readouterr().out
 
 
@@ -138,8 +151,9 @@ def test_sweep_summary_tabulates_and_plots(tmp_path):
     assert [line.split(",")[0] for line in csv_lines[1:]] == ["2", "1", "0", "3"]  # by block size, budget
     assert (tmp_path / "summary.md").read_text().count("\n") == 6
     assert (tmp_path / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
-    [run_file] = wandb_run_files(tmp_path)
-    assert b"summary" in run_file.read_bytes() and str(tmp_path).encode() in run_file.read_bytes()
+    expected = (b"summary", str(tmp_path).encode())
+    data = run_file_holding(tmp_path, *expected)
+    assert all(item in data for item in expected)
 
 
 def test_sweep_runs_every_job_and_summarises(tmp_path):
@@ -163,9 +177,9 @@ def test_sweep_runs_every_job_and_summarises(tmp_path):
     assert [path.name for path in job_dirs] == ["0", "1", "2", "3"]  # the command line narrowed the 3 x 4
     for job_dir in job_dirs:
         metrics = json.loads((job_dir / "results.json").read_text())["metrics"]
-        [run_file] = wandb_run_files(job_dir)
-        assert logged(run_file, "output_tok_per_s", metrics["output_tok_per_s"])
-        assert str(sweep_dir).encode() in run_file.read_bytes()  # the group
+        expected = (*logged("output_tok_per_s", metrics["output_tok_per_s"]), str(sweep_dir).encode())
+        data = run_file_holding(job_dir, *expected)  # the metric, and the sweep as the run's group
+        assert all(item in data for item in expected)
     assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 5
     assert (sweep_dir / "summary.md").is_file() and (sweep_dir / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
     assert len(wandb_run_files(sweep_dir)) == 1
