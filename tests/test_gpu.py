@@ -77,7 +77,8 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
     with engine() as eager_llm:
         eager = [o["token_ids"] for o in eager_llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
         _, eager_logits = prefill_logits(eager_llm)
-    assert relative_error(logits, eager_logits) < 0.05  # bf16 rounded at other points: as large as below
+    # bf16 rounded at other points (fused kernels keep fp32 longer): each is a few % from fp32 (below)
+    assert relative_error(logits, eager_logits) < 0.08
     with engine(attention_backend="torch") as torch_llm:
         _, torch_logits = prefill_logits(torch_llm)
     assert relative_error(logits, torch_logits) < 0.05
