@@ -17,6 +17,8 @@ from nvllm.engine.step_inputs import StepInputBuilder, StepInputs
 from nvllm.layers.attention import AttentionMetadata
 
 STATIC_INPUTS = ("input_ids", "positions", "slot_mapping", "cu_seqlens_q", "seqlens_k", "block_tables")
+# A decode batch's `cu_seqlens_q` is always 0, 1, ..., size: a prefix of the static buffer, never copied.
+STEP_INPUTS = tuple(name for name in STATIC_INPUTS if name != "cu_seqlens_q")
 
 
 class DecodeGraphs:
@@ -59,7 +61,7 @@ class DecodeGraphs:
         """Logits of a decode batch already padded to a captured size. They live in the graphs' shared
         pool: valid until the next replay."""
         size = inputs.input_ids.shape[0]
-        for name in STATIC_INPUTS:
+        for name in STEP_INPUTS:
             source = getattr(inputs, name)
             self.static[name][: source.shape[0]].copy_(source, non_blocking=True)
         self.graphs[size].replay()

@@ -20,6 +20,7 @@ from nvllm.models import model_class
 from nvllm.models.weights import checkpoint_tensors, load_weights, random_tensors
 from nvllm.ops import resolve_backend
 from nvllm.sampling_params import SamplingParams
+from nvllm.transfer import to_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -195,7 +196,7 @@ class ModelRunner:
             return graphs.run(inputs)  # copies the inputs into the graphs' own buffers
 
         def on_device(tensor):
-            return tensor.to(self.device, non_blocking=True) if tensor is not None else None
+            return to_device(tensor, self.device) if tensor is not None else None
 
         meta = AttentionMetadata(
             slot_mapping=on_device(inputs.slot_mapping),
@@ -246,8 +247,8 @@ class ModelRunner:
         tokens: list[torch.Tensor] = []
 
         def sampled_input_ids(num_rows: int) -> torch.Tensor:
-            padding = num_rows - tokens[-1].shape[0]
-            return self.share_input_ids(torch.nn.functional.pad(tokens[-1], (0, padding)))
+            # sampled over every row of the padded batch: already the `num_rows` ids the next step takes
+            return self.share_input_ids(tokens[-1])
 
         for step, logits in enumerate(self.forward_steps(steps, sampled_input_ids)):
             if sampled_seqs:

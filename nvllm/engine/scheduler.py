@@ -105,12 +105,15 @@ class Scheduler:
 
     def _num_decode_steps(self, seq: Sequence) -> int:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
-        blocks and the free ones hold: memory goes to keeping sequences running before to longer rounds."""
-        remaining = min(
+        blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
+        room = (len(seq.block_table) + self.block_manager.num_free_blocks) * self.block_manager.block_size
+        return max(1, min(self.config.num_decode_steps, self._tokens_left(seq), room - len(seq) + 1))
+
+    def _tokens_left(self, seq: Sequence) -> int:
+        """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it."""
+        return min(
             seq.sampling_params.max_tokens - seq.num_completion_tokens, self.config.max_model_len - len(seq)
         )
-        room = (len(seq.block_table) + self.block_manager.num_free_blocks) * self.block_manager.block_size
-        return max(1, min(self.config.num_decode_steps, remaining, room - len(seq) + 1))
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
@@ -149,11 +152,7 @@ class Scheduler:
         """How many of `new_tokens` the sequence takes (up to and including the first that stops it: an EOS
         unless ignored, its `max_tokens`-th token, or the one that makes it `max_model_len` long), and whether
         one did."""
-        params = seq.sampling_params
-        stop_at = min(
-            max(1, params.max_tokens - seq.num_completion_tokens),
-            max(1, self.config.max_model_len - len(seq)),
-        )
-        if not params.ignore_eos and self.eos_token_id in new_tokens:
+        stop_at = max(1, self._tokens_left(seq))  # a sequence at a limit still takes the token it got
+        if not seq.sampling_params.ignore_eos and self.eos_token_id in new_tokens:
             stop_at = min(stop_at, new_tokens.index(self.eos_token_id) + 1)
         return min(stop_at, len(new_tokens)), stop_at <= len(new_tokens)

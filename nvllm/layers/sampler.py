@@ -35,8 +35,7 @@ def chunked_argmax(scores: torch.Tensor) -> torch.Tensor:
 class SamplingBatch:
     """The sampling parameters of a batch as device tensors, built once for every step that uses them."""
 
-    params: list[SamplingParams]
-    generators: list[torch.Generator | None]
+    seeded_rows: list[tuple[int, torch.Generator]]  # the rows with a generator of their own
     inv_temperatures: torch.Tensor
     noise_scales: torch.Tensor  # 0: greedy
     top_k: torch.Tensor | None  # None when no row filters
@@ -75,8 +74,7 @@ class Sampler:
 
         filtering = any(p.top_k > 0 or p.top_p < 1 for p in params)
         return SamplingBatch(
-            params=params,
-            generators=generators,
+            seeded_rows=[(row, gen) for row, gen in enumerate(generators) if gen is not None],
             inv_temperatures=on_device(
                 [1.0 / p.temperature if p.temperature else 1.0 for p in params] + [1.0] * num_padding,
                 torch.float32,
@@ -98,9 +96,8 @@ class Sampler:
         if batch.all_greedy:  # decided on the host: no noise, no filtering
             return logits.argmax(-1)
         noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_()
-        for row, generator in enumerate(batch.generators):
-            sits_out = batch.num_steps is not None and step >= batch.num_steps[row]
-            if generator is not None and not sits_out:  # reproducible per request, whatever shares the batch
+        for row, generator in batch.seeded_rows:  # reproducible per request, whatever shares the batch
+            if batch.num_steps is None or step < batch.num_steps[row]:  # a row sitting out draws nothing
                 noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
         if batch.top_k is None:
             return self._race(logits, batch.inv_temperatures, batch.noise_scales, noise)
