@@ -63,6 +63,11 @@ class SchedulerConfig:
     # (scheduling, inputs, bookkeeping) then overlaps the GPU instead of idling it between steps; a
     # sequence that stops inside a round has its extra tokens discarded.
     num_decode_steps: int = 16
+    # Launch the next decode round before the current one's tokens reach the host, as if no sequence stops
+    # in it: the host's work between rounds (bookkeeping, scheduling, inputs) then runs while the GPU works.
+    # A sequence that does stop (EOS) wastes its steps of the next round. Rounds that need the current
+    # tokens on the host first (admitting a prompt, preempting) are not overlapped.
+    overlap_rounds: bool = True
 
 
 @dataclass
@@ -139,6 +144,7 @@ FLAT_KEYS = {
     "max_model_len": "scheduler.max_model_len",
     "chunked_prefill": "scheduler.chunked_prefill",
     "num_decode_steps": "scheduler.num_decode_steps",
+    "overlap_rounds": "scheduler.overlap_rounds",
     "attention_backend": "attention.backend",
     "dtype": "model.dtype",
     "device": "device",

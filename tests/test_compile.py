@@ -42,3 +42,12 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             compiled.abort_all()
         eager_logits = eager_runner.execute(batch_inputs)
         torch.testing.assert_close(compiled_logits, eager_logits, atol=1e-4, rtol=1e-4)
+
+        # Another KV cache size (memory budget, block size) reuses the compiled graphs: the caches' sizes
+        # are symbolic, so nothing compiles again (and across processes the inductor cache hits).
+        other_cache = {**settings, "kvcache_block_size": 32, "num_kvcache_blocks": 24}
+        with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **other_cache) as resized:
+            assert resized.model_runner.model.model.layers[0].self_attn.attn.k_cache.shape[:2] == (24, 32)
+            outputs = resized.generate(PROMPTS, staggered, use_tqdm=False)
+            assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
+            assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled for a cache size"

@@ -51,6 +51,7 @@ def engine_step_logits(llm, forced_tokens: dict[int, int]) -> tuple[list[Sequenc
     (inputs,) = runner.inputs.build(batch)
     logits = runner.execute(inputs)
     sampled = batch.sampled_seqs
+    llm.scheduler.launched(batch)
     llm.scheduler.postprocess(batch, [[forced_tokens[s.seq_id]] for s in sampled])
     return sampled, logits[: len(sampled)]
 

@@ -159,6 +159,7 @@ def bare_scheduler(num_blocks: int, **config) -> Scheduler:
 def run_step(scheduler: Scheduler, token_id: int = 1):
     """One step (or decode round) in which every sampled token is `token_id`."""
     batch = scheduler.schedule()
+    scheduler.launched(batch)
     tokens_per_seq = 1 if batch.is_prefill else batch.num_steps
     return batch, scheduler.postprocess(batch, [[token_id] * tokens_per_seq for _ in batch.sampled_seqs])
 
@@ -197,6 +198,7 @@ def test_decode_round_stops_at_eos_and_max_tokens_and_discards_the_rest():
     batch = scheduler.schedule()
     assert not batch.is_prefill and batch.num_new_tokens == [4, 2]  # `short` has 2 tokens left
     assert len(eos_mid_round.block_table) == 2  # KV for positions 2..5: blocks of 4
+    scheduler.launched(batch)
     finished = scheduler.postprocess(batch, [[5, EOS, 6, 6], [8, 9, 9, 9]])
     assert finished == [eos_mid_round, short]
     assert eos_mid_round.completion_token_ids == [1, 5, EOS]

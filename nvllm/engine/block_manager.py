@@ -114,10 +114,12 @@ class BlockManager:
             seq.block_table.append(block_id)
 
     def register_computed_blocks(self, seq: Sequence) -> None:
-        """Publish blocks that just became full of computed KV, so later requests can hit them."""
+        """Publish blocks that just became full of computed KV, so later requests can hit them. Only tokens
+        the host has are hashed; a block whose last K/V a launched round still writes may be published (any
+        request that reads it runs after that round on the device)."""
         if not self.enable_prefix_caching:
             return
-        num_full = min(seq.num_computed_tokens, len(seq)) // self.block_size
+        num_full = min(seq.num_computed_tokens, len(seq.token_ids)) // self.block_size
         for i in range(seq.num_registered_blocks, num_full):
             parent = self.blocks[seq.block_table[i - 1]].hash if i else 0
             block = self.blocks[seq.block_table[i]]

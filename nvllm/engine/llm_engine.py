@@ -9,8 +9,8 @@ from tqdm.auto import tqdm
 
 from nvllm.config import EngineConfig
 from nvllm.engine.block_manager import BlockManager
-from nvllm.engine.model_runner import ModelRunner
-from nvllm.engine.scheduler import Scheduler
+from nvllm.engine.model_runner import LaunchedBatch, ModelRunner
+from nvllm.engine.scheduler import ScheduledBatch, Scheduler
 from nvllm.engine.sequence import Sequence
 from nvllm.models import model_class
 from nvllm.sampling_params import SamplingParams
@@ -37,6 +37,7 @@ class LLMEngine:
         self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
+        self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
         self.prefill_seconds = self.decode_seconds = 0.0
 
     def _log_startup(self) -> None:
@@ -105,28 +106,44 @@ class LLMEngine:
 
     # ---- the loop -----------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
-        """Schedule, run the model (one prefill step or a round of decode steps), sample, and return the
-        sequences that finished."""
+        """Run one batch to its tokens (one prefill step or a round of decode steps), and return the
+        sequences that finished. With `scheduler.overlap_rounds`, the decode round after it is launched
+        before its tokens are read: the host's work between rounds then overlaps the device's."""
         start = time.perf_counter()
-        batch = self.scheduler.schedule()
-        if not batch.seqs:
-            raise RuntimeError("scheduler found nothing to run although requests are pending")
+        current, self.in_flight = self.in_flight, None
+        if current is None:
+            batch = self.scheduler.schedule()
+            if not batch.seqs:
+                raise RuntimeError("scheduler found nothing to run although requests are pending")
+            current = self._launch(batch)
+        if self.config.scheduler.overlap_rounds:
+            following = self.scheduler.schedule_next_round(current.batch)
+            if following is not None:
+                self.in_flight = self._launch(following, after=current)
         generated_before = self.scheduler.num_generated_tokens
-        finished = self.scheduler.postprocess(batch, self.model_runner.run(batch))
+        finished = self.scheduler.postprocess(current.batch, self.model_runner.collect(current))
+        if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
+            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
-        if batch.is_prefill:
-            self.num_prefill_tokens += batch.num_tokens
+        if current.batch.is_prefill:
+            self.num_prefill_tokens += current.batch.num_tokens
             self.prefill_seconds += elapsed
         else:
             self.num_decode_tokens += self.scheduler.num_generated_tokens - generated_before
             self.decode_seconds += elapsed
         return finished
 
+    def _launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
+        launched = self.model_runner.launch(batch, after)
+        self.scheduler.launched(batch)
+        return launched
+
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
 
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""
+        self.in_flight = None  # its work on the device ends before any later batch's begins
         for seq in list(self.scheduler.running):
             self.block_manager.free(seq)
         self.scheduler.running.clear()

@@ -25,6 +25,27 @@ from nvllm.transfer import to_device
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+class LaunchedBatch:
+    """A batch queued on the device: its sampled tokens there (`[padded rows, steps]`, None when it
+    samples nothing) and, on CUDA, their copy to pinned host memory, under way."""
+
+    def __init__(self, batch: ScheduledBatch, tokens: torch.Tensor | None):
+        self.batch, self.tokens = batch, tokens
+        self._host, self._copied = tokens, None
+        if tokens is not None and tokens.is_cuda:
+            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            self._host.copy_(tokens, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def host_tokens(self) -> torch.Tensor:
+        if self._host is None:
+            return torch.empty(0, 0, dtype=torch.int64)
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host
+
+
 class ModelRunner:
     def __init__(self, config: EngineConfig, rank: int = 0, tp_store: dist.Store | None = None):
         """`tp_store`: the rendezvous store of the tensor-parallel group, when tensor_parallel_size > 1."""
@@ -119,6 +140,8 @@ class ModelRunner:
             shape = (num_blocks, self.block_size, layer.num_kv_heads, layer.head_dim)
             layer.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
             layer.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            for cache in (layer.k_cache, layer.v_cache):
+                torch._dynamo.mark_static_address(cache, guard=False)
         return num_blocks
 
     def _blocks_fitting_gpu_memory(self) -> int:
@@ -145,7 +168,7 @@ class ModelRunner:
         """Prefill: eager, or compiled without CUDA graphs (token counts vary). Decode: compiled in the
         configured mode and captured at start-up for every padded batch size, by inductor's graph trees
         (reduce-overhead) or by hand (`compile.cuda_graphs=manual`). The sampler compiles on its first
-        (sampling, not greedy) call, made here."""
+        (sampling, not greedy) calls, made here."""
         self._prefill_forward = self._decode_forward = self.model
         self.decode_guards_checked = False
         compile_config = self.config.compile
@@ -172,7 +195,10 @@ class ModelRunner:
             decode_mode = "default"  # graphs recorded by hand, or none possible: inductor adds none
         self._decode_forward = torch.compile(decode_forward, mode=decode_mode, fullgraph=True, dynamic=True)
         logits = self._run_model(self.inputs.dummy_decode(2))
-        self.sampler.sample(logits, self.sampler.prepare([SamplingParams()] * 2, [None] * 2, self.device))
+        seeded = [None, torch.Generator().manual_seed(0)]  # both race graphs: noise drawn inside, and given
+        for generators in ([None, None], seeded):
+            sampling = self.sampler.prepare([SamplingParams()] * 2, generators, self.device)
+            self.sampler.sample(logits, sampling)
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if manual_graphs:
@@ -231,9 +257,14 @@ class ModelRunner:
 
     def run(self, batch: ScheduledBatch) -> list[list[int]]:
         """Every step of `batch`; for each of `batch.sampled_seqs`, the tokens sampled for it: one in
-        prefill, one per step of the round in decode (the scheduler keeps the steps the sequence took).
-        Each decode step takes its input tokens from the step before on the device: the host waits for the
-        device once, at the end."""
+        prefill, one per step of the round in decode (the scheduler keeps the steps the sequence took)."""
+        return self.collect(self.launch(batch))
+
+    def launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
+        """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
+        nothing here waits for the device. Each decode step takes its input tokens from the step before,
+        on the device; the first step of a round that follows the in-flight round `after` takes that
+        round's last tokens."""
         steps = self.inputs.build(batch)
         self.dispatch(steps)
         sampled_seqs = batch.sampled_seqs
@@ -245,17 +276,32 @@ class ModelRunner:
             num_steps=None if batch.is_prefill else batch.num_new_tokens,
         )
         tokens: list[torch.Tensor] = []
+        carried = None
+        if batch.follows_in_flight:
+            carried = self._carried_input_ids(batch, after, steps[0].num_logits)
 
         def sampled_input_ids(num_rows: int) -> torch.Tensor:
             # sampled over every row of the padded batch: already the `num_rows` ids the next step takes
-            return self.share_input_ids(tokens[-1])
+            return self.share_input_ids(tokens[-1] if tokens else carried)
 
         for step, logits in enumerate(self.forward_steps(steps, sampled_input_ids)):
             if sampled_seqs:
                 tokens.append(self.sampler.sample(logits, sampling, step))
-        if not tokens:
-            return []
-        return torch.stack(tokens, dim=1)[: len(sampled_seqs)].tolist()
+        return LaunchedBatch(batch, torch.stack(tokens, dim=1) if tokens else None)
+
+    def collect(self, launched: LaunchedBatch) -> list[list[int]]:
+        """The tokens of a launched batch (waits for its copy only, not for work launched after it)."""
+        return launched.host_tokens()[: len(launched.batch.sampled_seqs)].tolist()
+
+    def _carried_input_ids(self, batch: ScheduledBatch, after: LaunchedBatch, num_rows: int) -> torch.Tensor:
+        """Each sequence's last token of the round `after`, on the device, as the padded batch's input ids."""
+        row_of = {seq.seq_id: row for row, seq in enumerate(after.batch.seqs)}
+        rows = [row_of[seq.seq_id] for seq in batch.seqs]
+        columns = [after.batch.num_new_tokens[row] - 1 for row in rows]
+        num_padding = num_rows - len(rows)  # padded rows read any token
+        index = torch.tensor([rows + [0] * num_padding, columns + [0] * num_padding], dtype=torch.int64)
+        index = to_device(index, self.device)
+        return after.tokens[index[0], index[1]]
 
     def forward_steps(
         self, steps: list[StepInputs], next_input_ids: Callable[[int], torch.Tensor]

@@ -17,6 +17,9 @@ class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     is_prefill: bool = True
+    # launched while the decode round before it runs: step 0's input ids are that round's last sampled
+    # tokens, still on the device
+    follows_in_flight: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -103,17 +106,58 @@ class Scheduler:
                 batch.add(seq, num_steps)
         return batch
 
+    def schedule_next_round(self, in_flight: ScheduledBatch) -> ScheduledBatch | None:
+        """The decode round to launch while `in_flight` (launched, see `launched`) still runs: the same
+        sequences as if none stops inside it, less those that reach a token limit with it. A sequence that
+        does stop (EOS) wastes its steps of this round; `postprocess` drops them. None where the next step
+        needs the host to know the tokens first: a prompt to admit, a sequence to preempt, one that did not
+        take part in `in_flight`."""
+        if in_flight.is_prefill or self._can_admit():
+            return None
+        plan = []
+        for seq in self.running:
+            if seq.num_pending_tokens == 0:
+                return None
+            if self._tokens_left(seq) > 0 and len(plan) < self.config.max_num_batched_tokens:
+                plan.append((seq, self._num_decode_steps(seq)))
+        manager = self.block_manager
+        new_blocks = sum(manager.blocks_for(len(s) + steps - 1) - len(s.block_table) for s, steps in plan)
+        if not plan or new_blocks > manager.num_free_blocks:
+            return None
+        batch = ScheduledBatch(is_prefill=False, follows_in_flight=True)
+        for seq, num_steps in plan:
+            manager.append_slots(seq, num_steps)
+            batch.add(seq, num_steps)
+        return batch
+
+    def _can_admit(self) -> bool:
+        """Whether a prefill step could take the first waiting prompt now."""
+        return (
+            bool(self.waiting)
+            and len(self.running) < self.config.max_num_seqs
+            and self.block_manager.can_allocate(self.waiting[0])
+        )
+
+    def launched(self, batch: ScheduledBatch) -> None:
+        """The device now computes `batch`: a decode round's tokens are pending until `postprocess`."""
+        if batch.is_prefill:
+            return
+        for seq, num_steps in zip(batch.seqs, batch.num_new_tokens):
+            seq.num_pending_tokens += num_steps
+            seq.num_computed_tokens = len(seq) - 1  # once the round has run
+
     def _num_decode_steps(self, seq: Sequence) -> int:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
         blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
         room = (len(seq.block_table) + self.block_manager.num_free_blocks) * self.block_manager.block_size
         return max(1, min(self.config.num_decode_steps, self._tokens_left(seq), room - len(seq) + 1))
 
-    def _tokens_left(self, seq: Sequence) -> int:
-        """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it."""
-        return min(
-            seq.sampling_params.max_tokens - seq.num_completion_tokens, self.config.max_model_len - len(seq)
-        )
+    def _tokens_left(self, seq: Sequence, length: int | None = None) -> int:
+        """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it, once it is
+        `length` tokens long (default: its length with the pending tokens)."""
+        length = len(seq) if length is None else length
+        num_completion_tokens = length - seq.num_prompt_tokens
+        return min(seq.sampling_params.max_tokens - num_completion_tokens, self.config.max_model_len - length)
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
@@ -126,7 +170,9 @@ class Scheduler:
 
     def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[list[int]]) -> list[Sequence]:
         """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in
-        that order) up to a stop, and retire finished sequences. Returns the finished ones."""
+        that order) up to a stop, and retire finished sequences. Returns the finished ones. A decode
+        round's tokens replace the oldest of the sequence's pending ones; a sequence that finished while
+        this round was in flight (see `schedule_next_round`) takes nothing."""
         finished, sampled = [], iter(sampled_token_ids)
         for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
             if batch.is_prefill and seq.num_uncomputed_tokens > num_tokens:
@@ -134,12 +180,18 @@ class Scheduler:
                 self.block_manager.register_computed_blocks(seq)
                 continue
             new_tokens = next(sampled)
+            if seq.is_finished:
+                continue
             if not batch.is_prefill:
                 new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
-            kept, stopped = self._take_until_stop(seq, new_tokens)  # tokens after a stop are discarded
+                seq.num_pending_tokens -= num_tokens
+            # tokens after a stop are discarded
+            kept, stopped = self._take_until_stop(seq, new_tokens, len(seq.token_ids))
             seq.token_ids.extend(new_tokens[:kept])
             self.num_generated_tokens += kept
-            seq.num_computed_tokens = len(seq) - 1  # every token but the newest has its KV in the cache
+            if stopped:
+                seq.num_pending_tokens = 0  # a round launched after this one computes nothing it keeps
+            seq.num_computed_tokens = len(seq) - 1  # every token but the newest has (or gets) its KV
             self.block_manager.register_computed_blocks(seq)
             if stopped:
                 seq.status = SequenceStatus.FINISHED
@@ -148,11 +200,11 @@ class Scheduler:
                 finished.append(seq)
         return finished
 
-    def _take_until_stop(self, seq: Sequence, new_tokens: list[int]) -> tuple[int, bool]:
-        """How many of `new_tokens` the sequence takes (up to and including the first that stops it: an EOS
-        unless ignored, its `max_tokens`-th token, or the one that makes it `max_model_len` long), and whether
-        one did."""
-        stop_at = max(1, self._tokens_left(seq))  # a sequence at a limit still takes the token it got
+    def _take_until_stop(self, seq: Sequence, new_tokens: list[int], length: int) -> tuple[int, bool]:
+        """How many of `new_tokens`, sampled after the sequence's first `length` tokens, it takes (up to
+        and including the first that stops it: an EOS unless ignored, its `max_tokens`-th token, or the one
+        that makes it `max_model_len` long), and whether one did."""
+        stop_at = max(1, self._tokens_left(seq, length))  # a sequence at a limit still takes the token it got
         if not seq.sampling_params.ignore_eos and self.eos_token_id in new_tokens:
             stop_at = min(stop_at, new_tokens.index(self.eos_token_id) + 1)
         return min(stop_at, len(new_tokens)), stop_at <= len(new_tokens)

@@ -40,7 +40,9 @@ def to_device_round(steps: list[StepInputs], device: torch.device | str) -> list
         for name in ("positions", "slot_mapping", "seqlens_k")
     }
     shared = {name: to_device(getattr(steps[0], name), device) for name in ("cu_seqlens_q", "block_tables")}
-    first_input_ids = to_device(steps[0].input_ids, device)
+    first_input_ids = steps[0].input_ids
+    if first_input_ids is not None:
+        first_input_ids = to_device(first_input_ids, device)
     return [
         dataclasses.replace(
             step,
@@ -165,7 +167,8 @@ class StepInputBuilder:
     def decode(self, batch: ScheduledBatch) -> list[StepInputs]:
         """The steps of a decode round. Step `i` feeds each sequence its token `i` of the round: the last
         one it has for step 0, and for later steps the tokens the previous step samples — on the device,
-        so their `input_ids` are left None here for the runner to fill. A sequence with fewer steps than
+        so their `input_ids` are left None here for the runner to fill (step 0's too when the round follows
+        one still in flight). A sequence with fewer steps than
         the round sits out the rest: its slot is -1 (nothing written) and its position stays put.
 
         Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and `max_seqlen_k`
@@ -199,7 +202,9 @@ class StepInputBuilder:
             logits_indices=None,
             is_prefill=False,
         )
-        first_input_ids = torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0))
+        first_input_ids = None  # following a round in flight: its last tokens, which only the device has
+        if not batch.follows_in_flight:
+            first_input_ids = torch.tensor(padded([seq.last_token for seq in batch.seqs], size, 0))
         return [
             StepInputs(
                 input_ids=first_input_ids if step == 0 else None,

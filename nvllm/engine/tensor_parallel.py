@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, tcp_store
-from nvllm.engine.model_runner import ModelRunner
+from nvllm.engine.model_runner import LaunchedBatch, ModelRunner
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.shm_channel import ShmBroadcast, ShmReader
 from nvllm.engine.step_inputs import StepInputs
@@ -262,9 +262,13 @@ class TensorParallelRunner(ModelRunner):
         except BaseException as error:
             self._stop_after(error)
 
-    def run(self, batch: ScheduledBatch) -> list[list[int]]:
+    def launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
         with self._all_ranks_or_none():
-            return super().run(batch)
+            return super().launch(batch, after)
+
+    def collect(self, launched: LaunchedBatch) -> list[list[int]]:
+        with self._all_ranks_or_none():
+            return super().collect(launched)
 
     def execute(self, inputs: StepInputs) -> torch.Tensor:
         """One step outside `run` (tests read its logits): broadcast, then run rank 0's share."""

@@ -23,8 +23,10 @@ class AttentionMetadata:
 class Attention(nn.Module):
     """Writes this layer's new K/V into its slice of the paged cache, then attends over the cache.
 
-    The caches are buffers, set by the model runner once it has sized them: torch.compile then treats their
-    shapes as static and CUDA graphs treat them as static inputs (used in place, never copied).
+    The caches are set by the model runner once it has sized them. They are plain attributes, not buffers:
+    torch.compile forces buffers' shapes static, and every other cache size (another memory budget or block
+    size) would compile the model again; as attributes their sizes are symbolic. The runner marks them as
+    static addresses, so that inductor's CUDA graphs use them in place instead of copying them.
     """
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
@@ -36,8 +38,7 @@ class Attention(nn.Module):
             scale,
         )
         self.backend = "torch"
-        self.register_buffer("k_cache", torch.empty(0), persistent=False)
-        self.register_buffer("v_cache", torch.empty(0), persistent=False)
+        self.k_cache = self.v_cache = torch.empty(0)
 
     def forward(self, query, key, value, meta: AttentionMetadata) -> torch.Tensor:
         torch.ops.nvllm.store_kvcache(key, value, self.k_cache, self.v_cache, meta.slot_mapping, self.backend)

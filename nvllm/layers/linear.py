@@ -8,10 +8,10 @@ same code and TP=N holds exactly the slices of the TP=1 weights.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nvllm.distributed import all_reduce, tp_rank, tp_size
+from nvllm.ops.linear_ops import linear
 
 
 def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None):
@@ -38,7 +38,7 @@ class ColumnParallelLinear(nn.Module):
         _copy_slice(param, full, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -87,5 +87,5 @@ class RowParallelLinear(nn.Module):
         _copy_slice(param, full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight))
+        y = all_reduce(linear(x, self.weight))
         return y + self.bias if self.bias is not None else y

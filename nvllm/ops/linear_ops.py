@@ -1,0 +1,33 @@
+"""`nvllm::linear`: the model's matmuls, as a custom op that picks its kernel by batch size at run time.
+
+A decode step of a few sequences runs `skinny_matmul` (a Triton kernel that streams the weight at memory
+bandwidth), anything larger cuBLAS through `F.linear`. The choice is made inside the op, on the actual row
+count, so one compiled graph (dynamic in the batch size) serves both without a guard or a recompile.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SKINNY_MAX_ROWS = 16  # nvllm.ops.skinny_matmul.MAX_ROWS (not imported here: it needs triton)
+
+
+def uses_skinny_matmul(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    small_batch = x.dim() == 2 and x.shape[0] <= SKINNY_MAX_ROWS
+    return x.is_cuda and small_batch and bias is None and x.dtype in (torch.bfloat16, torch.float16)
+
+
+@torch.library.custom_op("nvllm::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`F.linear(x, weight, bias)`; for a CUDA batch of at most 16 rows, the skinny Triton kernel."""
+    if uses_skinny_matmul(x, bias):
+        from nvllm.ops.skinny_matmul import skinny_matmul
+
+        return skinny_matmul(x.contiguous(), weight)
+    return F.linear(x, weight, bias)
+
+
+@linear.register_fake
+def _(x, weight, bias=None):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))

@@ -1,0 +1,83 @@
+"""`x @ w.T` for a few rows of `x` (a small decode batch), as one Triton kernel.
+
+With 1-16 rows, a matmul only has to stream the weight once, so it should run at memory bandwidth; cuBLAS'
+kernels for these shapes reach about a third of it on the H200 (Qwen3-0.6B's four matmuls per layer took
+~25 µs for ~31 MB of weights at batch 2, experiments/results/2026-11-29-h200-qwen3-0.6b-decode-rounds.md).
+Here each program owns a strip of `BLOCK_N` output columns: it reads its rows of the weight once, in
+`BLOCK_K` slices, against the whole (padded) batch, on the tensor cores.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
+
+
+@triton.jit
+def _skinny_matmul_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    num_rows,
+    n,
+    k,
+    x_row_stride,
+    w_row_stride,
+    y_row_stride,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    rows = tl.arange(0, BLOCK_M)
+    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start in range(0, k, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        x = tl.load(
+            x_ptr + rows[:, None] * x_row_stride + ks[None, :],
+            mask=(rows[:, None] < num_rows) & (ks[None, :] < k),
+            other=0.0,
+        )
+        w = tl.load(
+            w_ptr + columns[:, None] * w_row_stride + ks[None, :],
+            mask=(columns[:, None] < n) & (ks[None, :] < k),
+            other=0.0,
+        )
+        acc += tl.dot(x, tl.trans(w))
+    out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
+    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
+
+
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) per weight shape (n, k); measured on the H200
+# (experiments/skinny_matmul_bench.py). Other shapes get DEFAULT_CONFIG.
+CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+DEFAULT_CONFIG = (32, 256, 4, 4)
+
+
+def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: tuple[int, int, int, int] | None = None):
+    """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows."""
+    num_rows, k = x.shape
+    n = weight.shape[0]
+    assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
+    block_n, block_k, num_warps, num_stages = config or CONFIGS.get((n, k), DEFAULT_CONFIG)
+    y = x.new_empty((num_rows, n))
+    _skinny_matmul_kernel[(triton.cdiv(n, block_n),)](
+        x,
+        weight,
+        y,
+        num_rows,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        y.stride(0),
+        BLOCK_M=MAX_ROWS,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    return y
