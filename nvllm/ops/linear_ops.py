@@ -1,8 +1,9 @@
 """`nvllm::linear`: the model's matmuls, as a custom op that picks its kernel by batch size at run time.
 
 A decode step of a few sequences runs `skinny_matmul` (a Triton kernel that streams the weight at memory
-bandwidth), anything larger cuBLAS through `F.linear`. The choice is made inside the op, on the actual row
-count, so one compiled graph (dynamic in the batch size) serves both without a guard or a recompile.
+bandwidth) where it beats cuBLAS, anything larger cuBLAS through `F.linear`. The choice is made inside the
+op, on the actual row count, so one compiled graph (dynamic in the batch size) serves both without a guard
+or a recompile.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ def uses_skinny_matmul(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`F.linear(x, weight, bias)`; for a CUDA batch of at most 16 rows, the skinny Triton kernel."""
     if uses_skinny_matmul(x, bias):
-        from nvllm.ops.skinny_matmul import skinny_matmul
+        from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
-        return skinny_matmul(x.contiguous(), weight)
+        config = skinny_config(*weight.shape)
+        if config is not None:
+            return skinny_matmul(x.contiguous(), weight, config)
     return F.linear(x, weight, bias)
 
 

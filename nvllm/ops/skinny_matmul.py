@@ -51,18 +51,25 @@ def _skinny_matmul_kernel(
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
 
 
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) per weight shape (n, k); measured on the H200
-# (experiments/skinny_matmul_bench.py). Other shapes get DEFAULT_CONFIG.
-CONFIGS: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-DEFAULT_CONFIG = (32, 256, 4, 4)
+Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
+
+# Per weight shape (n, k), measured on the H200 (experiments/skinny_matmul_bench.py); None where cuBLAS was
+# faster. Other shapes get DEFAULT_CONFIG.
+CONFIGS: dict[tuple[int, int], Config | None] = {}
+DEFAULT_CONFIG: Config = (32, 256, 4, 4)
 
 
-def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: tuple[int, int, int, int] | None = None):
+def skinny_config(n: int, k: int) -> Config | None:
+    """The kernel's configuration for an `n x k` weight; None: leave this shape to cuBLAS."""
+    return CONFIGS.get((n, k), DEFAULT_CONFIG)
+
+
+def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config) -> torch.Tensor:
     """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows."""
     num_rows, k = x.shape
     n = weight.shape[0]
     assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
-    block_n, block_k, num_warps, num_stages = config or CONFIGS.get((n, k), DEFAULT_CONFIG)
+    block_n, block_k, num_warps, num_stages = config
     y = x.new_empty((num_rows, n))
     _skinny_matmul_kernel[(triton.cdiv(n, block_n),)](
         x,

@@ -1,0 +1,78 @@
+"""Small-batch matmul kernels on the GPU: cuBLAS (`F.linear`) against `skinny_matmul` in each of its block
+configurations, for Qwen3-0.6B's and -8B's weight shapes; prints a table and the best configuration per
+shape (what `nvllm.ops.skinny_matmul.CONFIGS` holds). Each time is one call inside a CUDA graph of 20
+calls, replayed 10 times.
+
+`python -m experiments.skinny_matmul_bench`"""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from nvllm.ops.skinny_matmul import skinny_matmul
+
+SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
+    "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
+    "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096)],
+}
+ROWS = (2, 8, 16)
+CONFIGS = list(itertools.product((16, 32, 64), (64, 128, 256), (4,), (3, 4))) + [
+    (32, 256, 8, 4),
+    (64, 256, 8, 4),
+]
+
+
+def time_us(fn, calls: int = 20, replays: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
+
+
+def best_configs() -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
+    """Per shape: the configuration with the least time summed over `ROWS`, its time and cuBLAS' (µs)."""
+    torch.manual_seed(0)
+    best = {}
+    for model, shapes in SHAPES.items():
+        for n, k in shapes:
+            weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
+            cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
+            timed = []
+            for config in CONFIGS:
+                try:
+                    times = {m: time_us(partial(skinny_matmul, xs[m], weight, config)) for m in ROWS}
+                except Exception as error:  # a configuration out of the kernel's resources
+                    print(f"{model} {n}x{k} {config}: {type(error).__name__}", flush=True)
+                    continue
+                timed.append((sum(times.values()), config, times))
+            total, config, times = min(timed)
+            gb = n * k * 2 / 1e9
+            print(
+                f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
+                + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
+                + f" | best {config} = {gb / times[2] * 1e6 / 1e3:.2f} TB/s at M=2",
+                flush=True,
+            )
+            best[(n, k)] = (config, total, sum(cublas.values()))
+    return best
+
+
+if __name__ == "__main__":
+    for shape, (config, skinny_us, cublas_us) in best_configs().items():
+        print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")

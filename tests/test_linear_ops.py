@@ -1,0 +1,37 @@
+"""`nvllm::linear`: the skinny Triton matmul that small decode batches take, against an fp32 matmul."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, uses_skinny_matmul
+
+# Qwen3-0.6B's and -8B's layer matmuls and LM head (out, in), and an odd shape that needs every mask
+SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024), (6144, 4096), (1000, 200)]
+
+
+def test_small_cpu_and_float32_batches_keep_cublas_or_cpu_kernels():
+    x = torch.zeros(4, 8)
+    assert not uses_skinny_matmul(x, None)  # on the CPU
+    torch.testing.assert_close(linear(x + 1, torch.ones(3, 8)), torch.full((4, 3), 8.0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("out_features, in_features", SHAPES)
+def test_skinny_matmul_matches_a_float32_matmul(out_features, in_features):
+    torch.manual_seed(0)
+    weight = torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16) / in_features**0.5
+    for num_rows in (1, 2, 5, 16, SKINNY_MAX_ROWS + 1):
+        x = torch.randn(num_rows, in_features, device="cuda", dtype=torch.bfloat16)
+        expected = F.linear(x.float(), weight.float())
+        assert uses_skinny_matmul(x, None) == (num_rows <= SKINNY_MAX_ROWS)
+        got = linear(x, weight)
+        assert got.dtype == torch.bfloat16 and got.shape == expected.shape
+        # bf16 output rounding (~0.4 % of a value of std 1), accumulation in fp32
+        torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=1e-2)
+    strided = torch.randn(3, 2 * in_features, device="cuda", dtype=torch.bfloat16)[
+        :, ::2
+    ]  # rows not contiguous
+    torch.testing.assert_close(
+        linear(strided, weight).float(), F.linear(strided.float(), weight.float()), atol=2e-2, rtol=1e-2
+    )
