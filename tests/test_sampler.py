@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from nvllm import SamplingParams
-from nvllm.layers.sampler import Sampler, chunked_argmax
+from nvllm.layers.sampler import Sampler, chunked_argmax, race, race_in_chunks
 from tests.engine_utils import random_prompt, tiny_llm
 
 NUM_DRAWS = 40_000
@@ -55,6 +55,19 @@ def test_chunked_argmax_is_argmax_and_takes_the_first_maximum(width):
     scores[2, [width // 3, width - 1]] = 100.0  # tied across chunks: the first
     assert chunked_argmax(scores).tolist() == scores.argmax(-1).tolist()
     assert chunked_argmax(scores)[1:3].tolist() == [0, width // 3]
+
+
+def test_racing_in_chunks_picks_what_racing_whole_rows_picks():
+    torch.manual_seed(3)
+    logits = torch.randn(6, 4096).to(torch.bfloat16)  # bf16: ties between scores happen
+    noise = torch.empty(6, 4096).exponential_()
+    inv_temperatures, noise_scales = (
+        torch.tensor([1.0, 2.0, 0.5, 1.0, 1.0, 3.0]),
+        torch.tensor([1.0] * 5 + [0.0]),
+    )
+    whole = race(logits, inv_temperatures, noise_scales, noise)
+    assert race_in_chunks(logits, inv_temperatures, noise_scales, noise).tolist() == whole.tolist()
+    assert whole[5] == logits[5].float().argmax()  # noise scale 0: greedy
 
 
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])

@@ -27,6 +27,7 @@ class DecodeGraphs:
         largest = builder.dummy_decode(builder.decode_batch_sizes[-1])
         self.static = {name: getattr(largest, name).to(device) for name in STATIC_INPUTS}
         self.max_seqlen_k = largest.max_seqlen_k
+        self._copied: dict[str, torch.Tensor] = {}  # the tensor last copied into each static buffer
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
         pool = None
@@ -63,6 +64,8 @@ class DecodeGraphs:
         size = inputs.input_ids.shape[0]
         for name in STEP_INPUTS:
             source = getattr(inputs, name)
-            self.static[name][: source.shape[0]].copy_(source, non_blocking=True)
+            if source is not self._copied.get(name):  # a round's steps share one block table: copied once
+                self.static[name][: source.shape[0]].copy_(source, non_blocking=True)
+                self._copied[name] = source  # held, so that its id cannot pass to a new tensor
         self.graphs[size].replay()
         return self.logits[size]

@@ -195,10 +195,9 @@ class ModelRunner:
             decode_mode = "default"  # graphs recorded by hand, or none possible: inductor adds none
         self._decode_forward = torch.compile(decode_forward, mode=decode_mode, fullgraph=True, dynamic=True)
         logits = self._run_model(self.inputs.dummy_decode(2))
-        seeded = [None, torch.Generator().manual_seed(0)]  # both race graphs: noise drawn inside, and given
-        for generators in ([None, None], seeded):
-            sampling = self.sampler.prepare([SamplingParams()] * 2, generators, self.device)
-            self.sampler.sample(logits, sampling)
+        for num_rows in (2, self.sampler.CHUNKED_MAX_ROWS + 1):  # both of its graphs
+            sampling = self.sampler.prepare([SamplingParams()] * num_rows, [None] * num_rows, self.device)
+            self.sampler.sample(logits[:1].expand(num_rows, -1).contiguous(), sampling)
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if manual_graphs:

@@ -11,28 +11,38 @@ TINY = torch.finfo(torch.float32).tiny
 
 
 def race(
-    logits: torch.Tensor,
-    inv_temperatures: torch.Tensor,
-    noise_scales: torch.Tensor,
-    noise: torch.Tensor | None = None,
-    max_chunks: int = 128,
+    logits: torch.Tensor, inv_temperatures: torch.Tensor, noise_scales: torch.Tensor, noise: torch.Tensor
 ) -> torch.Tensor:
     """argmax of logits / T - log E per row: with E ~ Exp(1) a categorical draw from softmax(logits / T),
-    with a noise scale of 0 the greedy choice. `noise` gives E; without it E = -log U is drawn here, from
-    uniform U: compiled, inside the kernel that reads the logits, so no noise tensor is written or read."""
-    if noise is None:
-        noise = -torch.rand_like(logits, dtype=torch.float32).log()
+    with a noise scale of 0 the greedy choice. One pass over the logits when compiled (drawing E inside
+    that pass, from inductor's random numbers, was slower on the H200 than reading a tensor of it)."""
+    return _argmax(_scores(logits, inv_temperatures, noise_scales, noise))
+
+
+def race_in_chunks(
+    logits: torch.Tensor, inv_temperatures: torch.Tensor, noise_scales: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """`race` for a few rows: compiled, a row's argmax goes to one GPU program, and 2 rows of Qwen3's
+    151,936 logits took 53 µs on the H200; in 128 chunks, 6 µs. Many rows are faster whole (256 rows: 105 vs
+    332 µs: a chunk of 1,187 logits is not aligned for vector loads)."""
+    return chunked_argmax(_scores(logits, inv_temperatures, noise_scales, noise))
+
+
+def _scores(logits, inv_temperatures, noise_scales, noise) -> torch.Tensor:
     scores = logits.float() * inv_temperatures.unsqueeze(1)
     # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
-    return chunked_argmax(scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log(), max_chunks)
+    return scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log()
 
 
-def chunked_argmax(scores: torch.Tensor, max_chunks: int = 128) -> torch.Tensor:
-    """`scores.argmax(-1)` (the first maximum of each row) in two passes, over chunks of the row and then
-    over the chunks' maxima: compiled as one pass, a row went to one GPU program, which took 58 µs for the
-    2 rows of a single-stream step over Qwen3's 151,936 logits on the H200."""
+def _argmax(scores: torch.Tensor) -> torch.Tensor:
+    return scores.argmax(-1)
+
+
+def chunked_argmax(scores: torch.Tensor) -> torch.Tensor:
+    """`scores.argmax(-1)` (the first maximum of each row) in two passes: over up to 128 chunks of each row,
+    then over the chunks' maxima."""
     num_rows, width = scores.shape
-    num_chunks = next(n for n in (128, 64, 32, 16, 8, 4, 2, 1) if n <= max_chunks and width % n == 0)
+    num_chunks = next(n for n in (128, 64, 32, 16, 8, 4, 2, 1) if width % n == 0)
     chunk_maxima, offsets = scores.view(num_rows, num_chunks, width // num_chunks).max(-1)
     best_chunk = chunk_maxima.argmax(-1, keepdim=True)
     return (best_chunk * (width // num_chunks) + offsets.gather(1, best_chunk)).squeeze(1)
@@ -59,11 +69,14 @@ class Sampler:
     `sample` returns the tokens as a device tensor, so a decode round can feed them to its next step.
     """
 
+    CHUNKED_MAX_ROWS = 8  # batches up to this many rows race in chunks (`race_in_chunks`)
+
     def __init__(self, compiled: bool = False):
-        # compiled twice: with the noise drawn inside (the common case) and with it given (rows that have
-        # a seed of their own); rows are padded to at least 2 by the caller, so one graph of each serves
-        # every batch size
-        self._race = torch.compile(race, fullgraph=True, dynamic=True) if compiled else race
+        # rows are padded to at least 2 by the caller, so one dynamic graph of each serves every batch size
+        self._race, self._race_in_chunks = race, race_in_chunks
+        if compiled:
+            self._race = torch.compile(race, fullgraph=True, dynamic=True)
+            self._race_in_chunks = torch.compile(race_in_chunks, fullgraph=True, dynamic=True)
 
     def prepare(
         self,
@@ -104,19 +117,15 @@ class Sampler:
         `step`: the step of a decode round."""
         if batch.all_greedy:  # decided on the host: no noise, no filtering
             return logits.argmax(-1)
-        # a row sitting out this step of the round draws nothing
-        seeded = [
-            (row, gen)
-            for row, gen in batch.seeded_rows
-            if batch.num_steps is None or step < batch.num_steps[row]
-        ]
-        if not seeded and batch.top_k is None:
-            return self._race(logits, batch.inv_temperatures, batch.noise_scales)
         noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_()
-        for row, generator in seeded:  # reproducible per request, whatever shares the batch
-            noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
+        for row, generator in batch.seeded_rows:  # reproducible per request, whatever shares the batch
+            if batch.num_steps is None or step < batch.num_steps[row]:  # a row sitting out draws nothing
+                noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
         if batch.top_k is None:
-            return self._race(logits, batch.inv_temperatures, batch.noise_scales, noise)
+            in_chunks = logits.shape[0] <= self.CHUNKED_MAX_ROWS
+            return (self._race_in_chunks if in_chunks else self._race)(
+                logits, batch.inv_temperatures, batch.noise_scales, noise
+            )
         scores = self._filter_top_k_top_p(logits.float() * batch.inv_temperatures.unsqueeze(1), batch)
         return race(scores, torch.ones_like(batch.inv_temperatures), batch.noise_scales, noise)
 
