@@ -26,6 +26,8 @@ class StepInputs:
     max_seqlen_k: int
     logits_indices: torch.Tensor | None  # None in decode: every row is a sequence's last token
     is_prefill: bool
+    # the most tokens any sequence attends to (decode's `max_seqlen_k` stays at max_model_len for its graphs)
+    longest_context: int
 
     @property
     def num_logits(self) -> int:
@@ -101,6 +103,7 @@ class StepInputBuilder:
             max_seqlen_k=max(2, *lengths),
             logits_indices=torch.tensor(padded([int(c) - 1 for c in cu_seqlens[1:] if c > 0], 2, 0)),
             is_prefill=True,
+            longest_context=max(lengths),
         )
 
     def dummy_decode(self, batch_size: int) -> StepInputs:
@@ -115,6 +118,7 @@ class StepInputBuilder:
             max_seqlen_k=self.max_model_len,
             logits_indices=None,
             is_prefill=False,
+            longest_context=1,
         )
 
     def _slots(self, block_table: list[int], positions: np.ndarray) -> np.ndarray:
@@ -157,6 +161,7 @@ class StepInputBuilder:
                 padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64
             ),
             is_prefill=True,
+            longest_context=max(seqlens_k),
         )
 
     def _decode_batch_size(self, num_seqs: int) -> int:
@@ -194,6 +199,7 @@ class StepInputBuilder:
         all_positions = padded_steps(positions, 0, torch.int64)
         all_slots = padded_steps(slots, -1, torch.int64)
         all_seqlens = padded_steps(positions + 1, 0, torch.int32)
+        longest = (positions.max(axis=1) + 1).tolist()
         shared = dict(
             cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
             block_tables=torch.from_numpy(block_tables),
@@ -211,6 +217,7 @@ class StepInputBuilder:
                 positions=all_positions[step],
                 slot_mapping=all_slots[step],
                 seqlens_k=all_seqlens[step],
+                longest_context=longest[step],
                 **shared,
             )
             for step in range(num_steps)
