@@ -3,7 +3,8 @@
 
 Rank 0 builds a batch's inputs once and broadcasts them through shared memory (`ShmBroadcast`): a prefill
 step, or a whole decode round, whose later steps take their input ids from a torch.distributed broadcast
-of the tokens rank 0 samples (on the device with NCCL). The model's collectives (NCCL on CUDA, gloo on the
+of the tokens rank 0 samples (on the device with NCCL) — its first step too when the round was launched
+while the one before it ran (`scheduler.overlap_rounds`). The model's collectives (NCCL on CUDA, gloo on the
 CPU) keep the ranks in lockstep. A worker that
 raises leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for
 the workers, or when its own collective fails, and raises an error that names the worker.
