@@ -1,6 +1,10 @@
-"""`StepInputBuilder.decode`: a decode round's per-step inputs, against values worked out by hand."""
+"""`StepInputBuilder`: a decode round's per-step inputs and a prefill step padded for a prefill CUDA graph,
+against values worked out by hand."""
+
+import torch
 
 from nvllm import SamplingParams
+from nvllm.engine.cuda_graphs import pad_prefill_inputs
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
@@ -40,3 +44,30 @@ def test_a_round_after_one_in_flight_takes_its_first_tokens_on_the_device():
     steps = decode_round(follows_in_flight=True)
     assert all(step.input_ids is None for step in steps)
     assert steps[0].positions.tolist() == [5, 2, 0, 0]
+
+
+def test_prefill_inputs_padded_to_a_prefill_graph():
+    builder = StepInputBuilder(4, max_model_len=32, max_num_batched_tokens=64, decode_batch_sizes=[2, 4, 8])
+    fresh = Sequence([1, 2, 3, 4, 5], SamplingParams())
+    cached = Sequence([6, 7, 8, 9, 10, 11], SamplingParams())  # its first block came from the prefix cache
+    fresh.block_table, cached.block_table, cached.num_computed_tokens = [2, 3], [4, 5], 4
+    batch = ScheduledBatch(is_prefill=True)
+    batch.add(fresh, 5)
+    batch.add(cached, 2)
+    padded = pad_prefill_inputs(builder.prefill(batch), num_tokens=16, width=8)
+    assert padded["input_ids"].tolist() == [1, 2, 3, 4, 5, 10, 11] + [0] * 9
+    assert padded["positions"].tolist() == [0, 1, 2, 3, 4, 4, 5] + [0] * 9
+    assert padded["slot_mapping"].tolist() == [8, 9, 10, 11, 12, 20, 21] + [-1] * 9  # padding writes no KV
+    assert padded["cu_seqlens_q"].tolist() == [0, 5, 7, 7, 7]  # two empty sequences
+    assert padded["seqlens_k"].tolist() == [5, 6, 0, 0]
+    assert padded["block_tables"].tolist() == [[2, 3] + [0] * 6, [4, 5] + [0] * 6, [0] * 8, [0] * 8]
+    assert padded["logits_indices"].tolist() == [4, 6, 0, 0]
+    assert {name: t.dtype for name, t in padded.items()} == {
+        "input_ids": torch.int64,
+        "positions": torch.int64,
+        "slot_mapping": torch.int64,
+        "cu_seqlens_q": torch.int32,
+        "seqlens_k": torch.int32,
+        "block_tables": torch.int32,
+        "logits_indices": torch.int64,
+    }

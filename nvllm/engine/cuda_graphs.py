@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from nvllm.engine.step_inputs import StepInputBuilder, StepInputs
 from nvllm.layers.attention import AttentionMetadata
@@ -34,6 +35,17 @@ def decode_num_splits(batch_size: int, longest_context: int) -> int:
     return 1 if batch_size <= ONE_SPLIT_MAX_BATCH and longest_context <= ONE_SPLIT_MAX_CONTEXT else 0
 
 
+def record(forward: Callable, args: tuple, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """`forward(*args)` run once outside a capture (compiling it the first time, warming up), then recorded
+    into a CUDA graph that allocates from `pool` (None: a new one)."""
+    forward(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        output = forward(*args)
+    return graph, output
+
+
 class DecodeGraphs:
     @torch.no_grad()  # as in ModelRunner._run_model
     def __init__(self, forward: Callable, builder: StepInputBuilder, device: str):
@@ -46,17 +58,13 @@ class DecodeGraphs:
         # per (batch size, KV splits): the attention op reads the splits when it runs, at capture
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.logits: dict[tuple[int, int], torch.Tensor] = {}
-        pool = None
+        self.pool = None  # shared by every graph (they never run at the same time)
         for size in reversed(builder.decode_batch_sizes):  # largest first: the others fit in its pool
             args = self._arguments(size)
             for num_splits in sorted({0, decode_num_splits(size, longest_context=1)}):
                 with flash_attention.decode_num_splits(num_splits):
-                    forward(*args)  # compiles (the first time) and warms up outside the capture
-                    torch.cuda.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool):
-                        self.logits[size, num_splits] = forward(*args)
-                pool = graph.pool()
+                    graph, self.logits[size, num_splits] = record(forward, args, self.pool)
+                self.pool = graph.pool()
                 self.graphs[size, num_splits] = graph
         torch.cuda.synchronize()
 
@@ -88,3 +96,96 @@ class DecodeGraphs:
         key = size, decode_num_splits(size, inputs.longest_context)
         self.graphs[key].replay()
         return self.logits[key]
+
+
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # token counts that get a prefill graph
+PREFILL_GRAPH_SEQS = 4  # sequences a prefill graph holds (the empty ones are padding)
+
+
+def pad_prefill_inputs(inputs: StepInputs, num_tokens: int, width: int) -> dict[str, torch.Tensor]:
+    """A prefill step's host tensors padded to a prefill graph's shapes: `num_tokens` tokens (padded ones
+    belong to no sequence and write no KV), `PREFILL_GRAPH_SEQS` sequences (empty ones) with block tables
+    `width` blocks wide, and as many logits rows (the padded ones read token 0)."""
+    tokens_short, seqs_short = (
+        num_tokens - inputs.input_ids.shape[0],
+        PREFILL_GRAPH_SEQS - inputs.seqlens_k.shape[0],
+    )
+    block_tables = inputs.block_tables
+    return {
+        "input_ids": F.pad(inputs.input_ids, (0, tokens_short)),
+        "positions": F.pad(inputs.positions, (0, tokens_short)),
+        "slot_mapping": F.pad(inputs.slot_mapping, (0, tokens_short), value=-1),
+        "cu_seqlens_q": F.pad(inputs.cu_seqlens_q, (0, seqs_short), value=int(inputs.cu_seqlens_q[-1])),
+        "seqlens_k": F.pad(inputs.seqlens_k, (0, seqs_short)),
+        "block_tables": F.pad(block_tables, (0, width - block_tables.shape[1], 0, seqs_short)),
+        "logits_indices": F.pad(inputs.logits_indices, (0, PREFILL_GRAPH_SEQS - inputs.num_logits)),
+    }
+
+
+class PrefillGraphs:
+    """Small prefill steps (a short prompt alone, a chunk, a few tokens past a prefix-cache hit) replayed
+    from CUDA graphs: one per token bucket up to `max_tokens`, each for up to `PREFILL_GRAPH_SEQS`
+    sequences. A compiled prefill without a graph launches its ~500 kernels from Python: 36 ms for a
+    128-token prompt on the H200 host, for a few ms of GPU work."""
+
+    @torch.no_grad()  # as in ModelRunner._run_model
+    def __init__(self, forward: Callable, builder: StepInputBuilder, device: str, max_tokens: int, pool):
+        self.buckets = [tokens for tokens in PREFILL_BUCKETS if tokens <= max_tokens]
+        self.width, self.max_seqlen_k = builder.max_blocks_per_seq, builder.max_model_len
+        # every sequence empty: the recording computes nothing that matters
+        empty = StepInputs(
+            input_ids=torch.zeros(0, dtype=torch.int64),
+            positions=torch.zeros(0, dtype=torch.int64),
+            slot_mapping=torch.zeros(0, dtype=torch.int64),
+            cu_seqlens_q=torch.zeros(1, dtype=torch.int32),
+            seqlens_k=torch.zeros(0, dtype=torch.int32),
+            block_tables=torch.zeros(0, self.width, dtype=torch.int32),
+            max_seqlen_q=self.buckets[-1],
+            max_seqlen_k=self.max_seqlen_k,
+            logits_indices=torch.zeros(0, dtype=torch.int64),
+            is_prefill=True,
+            longest_context=0,
+        )
+        self.static = {
+            name: tensor.to(device)
+            for name, tensor in pad_prefill_inputs(empty, self.buckets[-1], self.width).items()
+        }
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        for num_tokens in reversed(self.buckets):
+            graph, self.logits[num_tokens] = record(forward, self._arguments(num_tokens), pool)
+            pool = graph.pool()
+            self.graphs[num_tokens] = graph
+        torch.cuda.synchronize()
+
+    def _arguments(self, num_tokens: int) -> tuple:
+        static = self.static
+        meta = AttentionMetadata(
+            slot_mapping=static["slot_mapping"][:num_tokens],
+            cu_seqlens_q=static["cu_seqlens_q"],
+            seqlens_k=static["seqlens_k"],
+            block_tables=static["block_tables"],
+            max_seqlen_q=num_tokens,  # an upper bound, as the builder's is
+            max_seqlen_k=self.max_seqlen_k,
+        )
+        return (
+            static["input_ids"][:num_tokens],
+            static["positions"][:num_tokens],
+            meta,
+            static["logits_indices"],
+        )
+
+    def holds(self, inputs: StepInputs) -> bool:
+        return (
+            inputs.is_prefill
+            and inputs.input_ids.shape[0] <= self.buckets[-1]
+            and inputs.seqlens_k.shape[0] <= PREFILL_GRAPH_SEQS
+        )
+
+    def run(self, inputs: StepInputs) -> torch.Tensor:
+        """The logits of a prefill step that `holds`; valid until the next replay of any graph."""
+        num_tokens = next(tokens for tokens in self.buckets if tokens >= inputs.input_ids.shape[0])
+        for name, tensor in pad_prefill_inputs(inputs, num_tokens, self.width).items():
+            self.static[name][: tensor.shape[0]].copy_(tensor.pin_memory(), non_blocking=True)
+        self.graphs[num_tokens].replay()
+        return self.logits[num_tokens][: inputs.num_logits]

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from nvllm.config import EngineConfig, resolve_device
 from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
-from nvllm.engine.cuda_graphs import DecodeGraphs
+from nvllm.engine.cuda_graphs import PREFILL_BUCKETS, DecodeGraphs, PrefillGraphs
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.step_inputs import StepInputBuilder, StepInputs, capture_sizes, to_device_round
 from nvllm.layers.attention import Attention, AttentionMetadata
@@ -73,6 +73,7 @@ class ModelRunner:
             and (config.compile.mode == "reduce-overhead" or manual_graphs)
         )
         self.decode_graphs: DecodeGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None
         self.sampler = Sampler(compiled=self.compile_enabled and self.device.startswith("cuda"))
         max_graph_batch = min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size)
         self.inputs = StepInputBuilder(
@@ -165,7 +166,8 @@ class ModelRunner:
         return int(budget // self._kv_bytes_per_block())
 
     def _compile(self) -> None:
-        """Prefill: eager, or compiled without CUDA graphs (token counts vary). Decode: compiled in the
+        """Prefill: eager, or compiled without CUDA graphs (token counts vary) except for small steps,
+        recorded by hand per token bucket (`compile.max_prefill_graph_tokens`). Decode: compiled in the
         configured mode and captured at start-up for every padded batch size, by inductor's graph trees
         (reduce-overhead) or by hand (`compile.cuda_graphs=manual`). The sampler compiles on its first
         (sampling, not greedy) calls, made here."""
@@ -202,6 +204,11 @@ class ModelRunner:
         start = time.perf_counter()
         if manual_graphs:
             self.decode_graphs = DecodeGraphs(self._decode_forward, self.inputs, self.device)
+            max_tokens = compile_config.max_prefill_graph_tokens
+            if compile_config.compile_prefill and max_tokens >= PREFILL_BUCKETS[0]:
+                self.prefill_graphs = PrefillGraphs(
+                    self._prefill_forward, self.inputs, self.device, max_tokens, self.decode_graphs.pool
+                )
         elif self.use_cuda_graphs:
             for batch_size in reversed(
                 self.inputs.decode_batch_sizes
@@ -216,8 +223,8 @@ class ModelRunner:
     # compiled graphs (which guard on them) see inputs made both inside and outside this call
     @torch.no_grad()
     def _run_model(self, inputs: StepInputs, compiled: bool = True) -> torch.Tensor:
-        graphs = self.decode_graphs
-        if compiled and not inputs.is_prefill and graphs is not None and graphs.holds(inputs):
+        graphs = self.prefill_graphs if inputs.is_prefill else self.decode_graphs
+        if compiled and graphs is not None and graphs.holds(inputs):
             return graphs.run(inputs)  # copies the inputs into the graphs' own buffers
 
         def on_device(tensor):
@@ -325,7 +332,8 @@ class ModelRunner:
     def shutdown(self) -> None:
         for layer in self._attention_layers():
             layer.k_cache = layer.v_cache = torch.empty(0)
-        self.model = self._prefill_forward = self._decode_forward = self.decode_graphs = None
+        self.model = self._prefill_forward = self._decode_forward = None
+        self.decode_graphs = self.prefill_graphs = None
         if self.device.startswith("cuda"):
             # cuBLAS keeps a workspace (32 MiB on the H200) per stream it ran on, the CUDA-graph capture
             # stream included: released here, so that an engine leaves memory where it found it
