@@ -204,7 +204,8 @@ class ModelRunner:
         start = time.perf_counter()
         if manual_graphs:
             self.decode_graphs = DecodeGraphs(self._decode_forward, self.inputs, self.device)
-            max_tokens = compile_config.max_prefill_graph_tokens
+            budget = self.config.scheduler.max_num_batched_tokens
+            max_tokens = min(compile_config.max_prefill_graph_tokens, budget)
             if compile_config.compile_prefill and max_tokens >= PREFILL_BUCKETS[0]:
                 self.prefill_graphs = PrefillGraphs(
                     self._prefill_forward, self.inputs, self.device, max_tokens, self.decode_graphs.pool
