@@ -12,3 +12,9 @@ def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     if torch.device(device).type != "cuda" or tensor.device.type != "cpu":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def copy_from_host(destination: torch.Tensor, source: torch.Tensor) -> None:
+    """Copy the host tensor `source` into `destination` (a static buffer, say), without blocking the host:
+    through pinned memory when `destination` is on a GPU, as in `to_device`."""
+    destination.copy_(source.pin_memory() if destination.is_cuda else source, non_blocking=True)

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from nvllm.engine.step_inputs import StepInputBuilder, StepInputs
 from nvllm.layers.attention import AttentionMetadata
+from nvllm.ops.attention_ops import decode_kv_splits
+from nvllm.transfer import copy_from_host
 
 STATIC_INPUTS = ("input_ids", "positions", "slot_mapping", "cu_seqlens_q", "seqlens_k", "block_tables")
 # A decode batch's `cu_seqlens_q` is always 0, 1, ..., size: a prefix of the static buffer, never copied.
@@ -49,8 +51,6 @@ def record(forward: Callable, args: tuple, pool) -> tuple[torch.cuda.CUDAGraph, 
 class DecodeGraphs:
     @torch.no_grad()  # as in ModelRunner._run_model
     def __init__(self, forward: Callable, builder: StepInputBuilder, device: str):
-        from nvllm.ops import flash_attention  # the only backend these graphs serve (imports flash-attn)
-
         largest = builder.dummy_decode(builder.decode_batch_sizes[-1])
         self.static = {name: getattr(largest, name).to(device) for name in STATIC_INPUTS}
         self.max_seqlen_k = largest.max_seqlen_k
@@ -62,7 +62,7 @@ class DecodeGraphs:
         for size in reversed(builder.decode_batch_sizes):  # largest first: the others fit in its pool
             args = self._arguments(size)
             for num_splits in sorted({0, decode_num_splits(size, longest_context=1)}):
-                with flash_attention.decode_num_splits(num_splits):
+                with decode_kv_splits(num_splits):
                     graph, self.logits[size, num_splits] = record(forward, args, self.pool)
                 self.pool = graph.pool()
                 self.graphs[size, num_splits] = graph
@@ -186,6 +186,6 @@ class PrefillGraphs:
         """The logits of a prefill step that `holds`; valid until the next replay of any graph."""
         num_tokens = next(tokens for tokens in self.buckets if tokens >= inputs.input_ids.shape[0])
         for name, tensor in pad_prefill_inputs(inputs, num_tokens, self.width).items():
-            self.static[name][: tensor.shape[0]].copy_(tensor.pin_memory(), non_blocking=True)
+            copy_from_host(self.static[name][: tensor.shape[0]], tensor)
         self.graphs[num_tokens].replay()
         return self.logits[num_tokens][: inputs.num_logits]

@@ -10,6 +10,9 @@ KV cache layout, per layer: `[num_blocks, block_size, num_kv_heads, head_dim]` f
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from nvllm.config import FLASH_ATTN_BLOCK_MULTIPLE
@@ -50,6 +53,27 @@ def resolve_backend(requested: str, device: str, block_size: int) -> str:
             "use attention.backend=torch for other sizes"
         )
     return backend
+
+
+# How many parts the flash-attn backend splits each sequence's KV into in decode (`num_splits` of
+# `flash_attn_with_kvcache`): 0 lets flash-attn choose; it splits to fill the GPU, which then takes a second
+# (combine) kernel. Read when the op runs, so a CUDA graph keeps the value it was recorded with (see
+# `DecodeGraphs`); the torch backend has nothing to split.
+_decode_num_splits = 0
+
+
+@contextmanager
+def decode_kv_splits(num_splits: int) -> Iterator[None]:
+    global _decode_num_splits
+    previous, _decode_num_splits = _decode_num_splits, num_splits
+    try:
+        yield
+    finally:
+        _decode_num_splits = previous
+
+
+def current_decode_kv_splits() -> int:
+    return _decode_num_splits
 
 
 def _implementation(backend: str):

@@ -5,14 +5,13 @@ Everything here is capturable in a CUDA graph (no host syncs, no data-dependent 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+
+from nvllm.ops import attention_ops
 
 
 @triton.jit
@@ -58,22 +57,6 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     )
 
 
-# How many parts decode splits each sequence's KV into (`num_splits` of `flash_attn_with_kvcache`): 0 lets
-# flash-attn choose, and it splits to fill the GPU, which then takes a second (combine) kernel. Read when
-# the op runs, so a CUDA graph records the value it was captured with (see `DecodeGraphs`).
-_decode_num_splits = 0
-
-
-@contextmanager
-def decode_num_splits(num_splits: int) -> Iterator[None]:
-    global _decode_num_splits
-    previous, _decode_num_splits = _decode_num_splits, num_splits
-    try:
-        yield
-    finally:
-        _decode_num_splits = previous
-
-
 def attention(
     query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
 ):
@@ -86,7 +69,7 @@ def attention(
             block_table=block_tables,
             softmax_scale=scale,
             causal=True,
-            num_splits=_decode_num_splits,
+            num_splits=attention_ops.current_decode_kv_splits(),
         )
         return out.squeeze(1)
     cu_seqlens_k = F.pad(seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))

@@ -1,0 +1,72 @@
+"""The manual CUDA-graph machinery (`DecodeGraphs`, `PrefillGraphs`) on the CPU, with a stand-in graph that
+replays by running the recorded call again on the same static buffers: input copies, padding to captured
+shapes, the choice of graph and the slicing of its logits — everything but CUDA itself (the `gpu` tests
+run the real graphs)."""
+
+import pytest
+import torch
+
+from nvllm import SamplingParams
+from nvllm.engine import cuda_graphs
+from nvllm.engine.cuda_graphs import DecodeGraphs, PrefillGraphs
+from tests.engine_utils import random_prompt, tiny_llm
+
+
+class ReplayedOnTheHost:
+    def __init__(self, forward, args):
+        self.forward, self.args = forward, args
+        self.output = forward(*args)
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.output.copy_(self.forward(*self.args))  # a graph writes into the memory it recorded
+        self.replays += 1
+
+    def pool(self):
+        return None
+
+
+@pytest.fixture
+def graphs_on_the_host(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+
+    def record(forward, args, pool):
+        graph = ReplayedOnTheHost(forward, args)
+        return graph, graph.output
+
+    monkeypatch.setattr(cuda_graphs, "record", record)
+
+
+def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_on_the_host):
+    prompts = [random_prompt(n, seed=900 + n) for n in (5, 17, 9, 70, 3, 41)]  # the first 3: 31 tokens
+    params = [
+        SamplingParams(temperature=0, max_tokens=20),
+        SamplingParams(temperature=0.9, seed=3, max_tokens=25),
+        SamplingParams(temperature=0, max_tokens=9),
+    ] * 2
+    # no prefix cache: the second run computes what the first did (chunks after a computed prefix remain)
+    settings = dict(
+        kvcache_block_size=4, max_model_len=128, max_num_batched_tokens=48, enable_prefix_caching=False
+    )
+    with tiny_llm(**settings) as llm:
+
+        def run_both():
+            return [
+                llm.generate(prompts[:3], params[:3], use_tqdm=False),  # 31 tokens in one step
+                llm.generate(prompts[4:5], params[4:5], use_tqdm=False),  # 3 tokens
+                llm.generate(prompts, params, use_tqdm=False),  # chunks of 48 tokens, no graph
+            ]
+
+        expected = run_both()
+        runner = llm.model_runner
+        runner.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
+        runner.decode_graphs = decode = DecodeGraphs(runner.model, runner.inputs, "cpu")
+        runner.prefill_graphs = prefill = PrefillGraphs(runner.model, runner.inputs, "cpu", 48, None)
+        assert prefill.buckets == [16, 32]
+        got = run_both()
+    assert got == expected
+    # every kind of graph ran: decode batches of each padded size, with and without KV splits ...
+    decode_replays = {key: graph.replays for key, graph in decode.graphs.items()}
+    assert all(decode_replays[size, 1] for size in (2, 4, 8)), decode_replays
+    # ... (no context here is long enough for splits), and prefill steps of each bucket
+    assert all(graph.replays for graph in prefill.graphs.values())
