@@ -24,7 +24,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         counters.clear()
         with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
             frames_after_warmup = counters["stats"]["unique_graphs"]
-            assert frames_after_warmup == 2  # one prefill graph, one decode graph, built at start-up
+            assert frames_after_warmup == 1  # one graph for prefill and decode, built at start-up
             # the engine skips decode's guards once warmed up; evaluate them here, so that a batch shape
             # the padding failed to cover shows up as a recompile instead of running unchecked
             compiled.model_runner.decode_guards_checked = False

@@ -71,3 +71,24 @@ def test_prefill_inputs_padded_to_a_prefill_graph():
         "block_tables": torch.int32,
         "logits_indices": torch.int64,
     }
+
+
+def test_a_prefill_has_as_many_query_rows_as_sequences_only_with_one_query_each():
+    """nvllm::attention reads a batch with as many query rows as sequences as one query per sequence (a
+    decode kernel may serve it): padding must not make a prefill look like that."""
+    builder = StepInputBuilder(4, max_model_len=32, max_num_batched_tokens=64, decode_batch_sizes=[])
+
+    def prefill(*new_tokens: int):
+        batch = ScheduledBatch(is_prefill=True)
+        for i, num_new in enumerate(new_tokens):
+            seq = Sequence(list(range(10 * i, 10 * i + num_new)), SamplingParams())
+            seq.block_table = [i]
+            batch.add(seq, num_new)
+        inputs = builder.prefill(batch)
+        return inputs.input_ids.shape[0], inputs.seqlens_k.shape[0]
+
+    assert prefill(2) == (3, 2)  # 2 tokens, 1 sequence padded to 2: one more padded token
+    assert prefill(1) == (2, 2)  # one token, padded to 2 with an empty sequence: decode-shaped, rightly
+    assert prefill(1, 1, 1) == (3, 3)
+    assert prefill(2, 1) == (3, 2)
+    assert prefill(1, 2, 1) == (4, 3)

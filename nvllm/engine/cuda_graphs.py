@@ -20,9 +20,18 @@ from nvllm.layers.attention import AttentionMetadata
 from nvllm.ops.attention_ops import decode_kv_splits
 from nvllm.transfer import copy_from_host
 
-STATIC_INPUTS = ("input_ids", "positions", "slot_mapping", "cu_seqlens_q", "seqlens_k", "block_tables")
-# A decode batch's `cu_seqlens_q` is always 0, 1, ..., size: a prefix of the static buffer, never copied.
-STEP_INPUTS = tuple(name for name in STATIC_INPUTS if name != "cu_seqlens_q")
+STATIC_INPUTS = (
+    "input_ids",
+    "positions",
+    "slot_mapping",
+    "cu_seqlens_q",
+    "seqlens_k",
+    "block_tables",
+    "logits_indices",
+)
+# A decode batch's `cu_seqlens_q` (0, 1, ..., size) and `logits_indices` (0, ..., size - 1) are prefixes of
+# the static buffers, never copied.
+STEP_INPUTS = tuple(name for name in STATIC_INPUTS if name not in ("cu_seqlens_q", "logits_indices"))
 # Decode steps of at most this many sequences, none longer than this many tokens, attend without splitting
 # their KV (see `decode_num_splits`); every batch size up to it gets a graph of each kind.
 ONE_SPLIT_MAX_BATCH = 32
@@ -75,10 +84,10 @@ class DecodeGraphs:
             cu_seqlens_q=static["cu_seqlens_q"][: size + 1],
             seqlens_k=static["seqlens_k"][:size],
             block_tables=static["block_tables"][:size],
-            max_seqlen_q=1,
+            max_seqlen_q=2,  # as the builder's (StepInputs.max_seqlen_q)
             max_seqlen_k=self.max_seqlen_k,
         )
-        return static["input_ids"][:size], static["positions"][:size], meta, None
+        return static["input_ids"][:size], static["positions"][:size], meta, static["logits_indices"][:size]
 
     def holds(self, inputs: StepInputs) -> bool:
         """Whether a graph was recorded for this batch (larger ones run the compiled model directly)."""

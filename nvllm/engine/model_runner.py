@@ -166,11 +166,11 @@ class ModelRunner:
         return int(budget // self._kv_bytes_per_block())
 
     def _compile(self) -> None:
-        """Prefill: eager, or compiled without CUDA graphs (token counts vary) except for small steps,
-        recorded by hand per token bucket (`compile.max_prefill_graph_tokens`). Decode: compiled in the
-        configured mode and captured at start-up for every padded batch size, by inductor's graph trees
-        (reduce-overhead) or by hand (`compile.cuda_graphs=manual`). The sampler compiles on its first
-        (sampling, not greedy) calls, made here."""
+        """Decode: compiled in the configured mode and captured at start-up for every padded batch size,
+        by inductor's graph trees (reduce-overhead) or by hand (`compile.cuda_graphs=manual`). Prefill:
+        eager, or compiled without CUDA graphs (the same graph as decode unless that one is inductor's)
+        except for small steps, recorded by hand per token bucket (`compile.max_prefill_graph_tokens`).
+        The sampler compiles on its first (sampling, not greedy) calls, made here."""
         self._prefill_forward = self._decode_forward = self.model
         self.decode_guards_checked = False
         compile_config = self.config.compile
@@ -182,21 +182,29 @@ class ModelRunner:
         # equal forever, and every batch that breaks the coincidence would compile again.
         torch.fx.experimental._config.use_duck_shape = False
 
-        def prefill_forward(*args):
+        def forward(*args):
             return model(*args)
 
-        def decode_forward(*args):
-            return model(*args)
-
-        if compile_config.compile_prefill:
-            self._prefill_forward = torch.compile(prefill_forward, fullgraph=True, dynamic=True)
-            self._run_model(self.inputs.dummy_prefill(min_tokens=True))
         manual_graphs = self.use_cuda_graphs and compile_config.cuda_graphs == "manual"
         decode_mode = compile_config.mode if self.device.startswith("cuda") else "default"
         if decode_mode == "reduce-overhead" and (manual_graphs or not self.use_cuda_graphs):
             decode_mode = "default"  # graphs recorded by hand, or none possible: inductor adds none
-        self._decode_forward = torch.compile(decode_forward, mode=decode_mode, fullgraph=True, dynamic=True)
+        self._decode_forward = torch.compile(forward, mode=decode_mode, fullgraph=True, dynamic=True)
+        if compile_config.compile_prefill and decode_mode == "default":
+            # One graph for both: a decode step is a batch of one-token sequences, and every size and bound
+            # the graph takes is symbolic (StepInputs pads them past 1). One trace and one inductor compile
+            # at start-up instead of two; traced at a decode batch first, so that inductor tunes its
+            # kernels for decode, whose speed matters most.
+            self._prefill_forward = self._decode_forward
+        elif compile_config.compile_prefill:  # decode in inductor's CUDA graphs: a mode of its own
+
+            def prefill_forward(*args):  # its own code object: dynamo keeps compiled code per code object
+                return model(*args)
+
+            self._prefill_forward = torch.compile(prefill_forward, fullgraph=True, dynamic=True)
         logits = self._run_model(self.inputs.dummy_decode(2))
+        if self._prefill_forward is not self.model:
+            self._run_model(self.inputs.dummy_prefill(min_tokens=True))
         for num_rows in (2, self.sampler.CHUNKED_MAX_ROWS + 1):  # both of its graphs
             sampling = self.sampler.prepare([SamplingParams()] * num_rows, [None] * num_rows, self.device)
             self.sampler.sample(logits[:1].expand(num_rows, -1).contiguous(), sampling)

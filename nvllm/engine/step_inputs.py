@@ -22,9 +22,9 @@ class StepInputs:
     cu_seqlens_q: torch.Tensor
     seqlens_k: torch.Tensor
     block_tables: torch.Tensor
-    max_seqlen_q: int
+    max_seqlen_q: int  # an upper bound, at least 2: a compiled graph would specialise on 1 and compile again
     max_seqlen_k: int
-    logits_indices: torch.Tensor | None  # None in decode: every row is a sequence's last token
+    logits_indices: torch.Tensor  # the rows whose logits are computed (in decode: every row)
     is_prefill: bool
     # the most tokens any sequence attends to (decode's `max_seqlen_k` stays at max_model_len for its graphs)
     longest_context: int
@@ -32,7 +32,7 @@ class StepInputs:
     @property
     def num_logits(self) -> int:
         """Rows of the logits the step returns (padded: at least 2)."""
-        return (self.positions if self.logits_indices is None else self.logits_indices).shape[0]
+        return self.logits_indices.shape[0]
 
 
 def to_device_round(steps: list[StepInputs], device: torch.device | str) -> list[StepInputs]:
@@ -41,7 +41,10 @@ def to_device_round(steps: list[StepInputs], device: torch.device | str) -> list
         name: to_device(torch.stack([getattr(step, name) for step in steps]), device).unbind(0)
         for name in ("positions", "slot_mapping", "seqlens_k")
     }
-    shared = {name: to_device(getattr(steps[0], name), device) for name in ("cu_seqlens_q", "block_tables")}
+    shared = {
+        name: to_device(getattr(steps[0], name), device)
+        for name in ("cu_seqlens_q", "block_tables", "logits_indices")
+    }
     first_input_ids = steps[0].input_ids
     if first_input_ids is not None:
         first_input_ids = to_device(first_input_ids, device)
@@ -114,9 +117,9 @@ class StepInputBuilder:
             cu_seqlens_q=torch.arange(batch_size + 1, dtype=torch.int32),
             seqlens_k=torch.ones(batch_size, dtype=torch.int32),
             block_tables=torch.zeros(batch_size, self.max_blocks_per_seq, dtype=torch.int32),
-            max_seqlen_q=1,
+            max_seqlen_q=2,
             max_seqlen_k=self.max_model_len,
-            logits_indices=None,
+            logits_indices=torch.arange(batch_size),
             is_prefill=False,
             longest_context=1,
         )
@@ -142,6 +145,8 @@ class StepInputBuilder:
                 logits_indices.append(cu_seqlens[-1] - 1)
         num_tokens = max(len(input_ids), 2)
         num_seqs = max(len(batch.seqs), 2)
+        if num_tokens == num_seqs and max(batch.num_new_tokens) > 1:
+            num_tokens += 1  # as many query rows as sequences would read as one query each (nvllm::attention)
         width = max(2, max(len(seq.block_table) for seq in batch.seqs))
         block_tables = [padded(seq.block_table, width, 0) for seq in batch.seqs]
         return StepInputs(
@@ -155,7 +160,7 @@ class StepInputBuilder:
             cu_seqlens_q=torch.tensor(padded(cu_seqlens, num_seqs + 1, cu_seqlens[-1]), dtype=torch.int32),
             seqlens_k=torch.tensor(padded(seqlens_k, num_seqs, 0), dtype=torch.int32),
             block_tables=torch.tensor(padded(block_tables, num_seqs, [0] * width), dtype=torch.int32),
-            max_seqlen_q=max(2, *batch.num_new_tokens),  # an upper bound; 1 would mean a decode batch
+            max_seqlen_q=max(2, *batch.num_new_tokens),
             max_seqlen_k=max(2, *seqlens_k),
             logits_indices=torch.tensor(
                 padded(logits_indices, max(len(logits_indices), 2), 0), dtype=torch.int64
@@ -203,9 +208,9 @@ class StepInputBuilder:
         shared = dict(
             cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
             block_tables=torch.from_numpy(block_tables),
-            max_seqlen_q=1,
+            max_seqlen_q=2,
             max_seqlen_k=self.max_model_len,
-            logits_indices=None,
+            logits_indices=torch.arange(size),
             is_prefill=False,
         )
         first_input_ids = None  # following a round in flight: its last tokens, which only the device has

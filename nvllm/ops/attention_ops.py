@@ -121,7 +121,10 @@ def attention(
 
     Sequence i owns queries `cu_seqlens_q[i]:cu_seqlens_q[i+1]`, the last ones of its `seqlens_k[i]` tokens
     (whose K/V, the new ones included, are already in the cache): a prefill, a chunk after a cached
-    prefix, and a decode step are the same call. `max_seqlen_q == 1` means a pure decode batch.
+    prefix, and a decode step are the same call. As many query rows as sequences means one query each
+    (the step builders pad so: a decode step, or a prefill of one new token per sequence), which a
+    backend may serve with a decode kernel; the shapes tell it, not `max_seqlen_q`, an upper bound kept at
+    2 or more so that one compiled graph serves prefill and decode.
     """
     return _implementation(backend).attention(
         query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale

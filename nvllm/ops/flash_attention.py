@@ -60,7 +60,7 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
 def attention(
     query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
 ):
-    if max_seqlen_q == 1:  # decode: one query per sequence
+    if query.shape[0] == seqlens_k.shape[0]:  # one query per sequence (see nvllm::attention): decode
         out = flash_attn_with_kvcache(
             query.unsqueeze(1),
             k_cache,
