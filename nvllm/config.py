@@ -79,10 +79,10 @@ class ParallelConfig:
 class CompileConfig:
     # None: compile on CUDA, run eager on the CPU (where compiling a full-size model takes minutes)
     enabled: bool | None = None
-    mode: str = "reduce-overhead"  # decode; prefill is compiled without CUDA graphs (dynamic token count)
-    # Prefill compiled without CUDA graphs (one dynamic graph for every token count): a 16,384-token step
-    # of Qwen3-0.6B takes 47 ms instead of 102 ms eager on the H200 (the eager one is mostly elementwise
-    # kernels), for a second compile at start-up.
+    mode: str = "reduce-overhead"  # decode's (with cuda_graphs=inductor); prefill's is always "default"
+    # Prefill compiled (the decode graph, unless that one is inductor's: then a second compile): a
+    # 16,384-token step of Qwen3-0.6B takes 47 ms instead of 102 ms eager on the H200 (the eager one is
+    # mostly elementwise kernels).
     compile_prefill: bool = True
     max_capture_batch_size: int = 512  # decode batches above this run the prefill-style graph
     # Who records decode's CUDA graphs: inductor (mode=reduce-overhead's graph trees) or manual (one

@@ -10,7 +10,7 @@ from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, uses_skinny_matmul
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024), (6144, 4096), (1000, 200)]
 
 
-def test_small_cpu_and_float32_batches_keep_cublas_or_cpu_kernels():
+def test_cpu_batches_take_f_linear():
     x = torch.zeros(4, 8)
     assert not uses_skinny_matmul(x, None)  # on the CPU
     torch.testing.assert_close(linear(x + 1, torch.ones(3, 8)), torch.full((4, 3), 8.0))
@@ -35,3 +35,18 @@ def test_skinny_matmul_matches_a_float32_matmul(out_features, in_features):
     torch.testing.assert_close(
         linear(strided, weight).float(), F.linear(strided.float(), weight.float()), atol=2e-2, rtol=1e-2
     )
+
+
+@pytest.mark.gpu
+def test_every_chosen_skinny_configuration_computes_the_matmul():
+    """Each block configuration the table picks, run directly (`linear` may leave a shape to cuBLAS)."""
+    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, skinny_matmul
+
+    torch.manual_seed(0)
+    weight = torch.randn(1000, 520, device="cuda", dtype=torch.bfloat16) / 520**0.5  # every mask in play
+    x = torch.randn(SKINNY_MAX_ROWS, 520, device="cuda", dtype=torch.bfloat16)
+    for config in {c for c in CONFIGS.values() if c is not None} | {DEFAULT_CONFIG}:
+        for num_rows in (1, 2, SKINNY_MAX_ROWS):
+            got = skinny_matmul(x[:num_rows], weight, config).float()
+            expected = F.linear(x[:num_rows].float(), weight.float())
+            torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=f"{config}, {num_rows} rows")

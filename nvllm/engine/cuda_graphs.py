@@ -1,4 +1,5 @@
-"""Decode CUDA graphs recorded by hand around the compiled model (`compile.cuda_graphs=manual`).
+"""CUDA graphs recorded by hand around the compiled model (`compile.cuda_graphs=manual`): decode steps per
+padded batch size, small prefill steps per token bucket.
 
 Inductor's CUDA graph trees (`mode="reduce-overhead"`) replay through dynamo on every call: guards, the
 prologue that gathers every parameter as an input, the graph-tree bookkeeping — about 1 ms of host time
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from nvllm.engine.step_inputs import StepInputBuilder, StepInputs
+from nvllm.engine.step_inputs import DECODE_MAX_SEQLEN_Q, StepInputBuilder, StepInputs
 from nvllm.layers.attention import AttentionMetadata
 from nvllm.ops.attention_ops import decode_kv_splits
 from nvllm.transfer import copy_from_host
@@ -84,7 +85,7 @@ class DecodeGraphs:
             cu_seqlens_q=static["cu_seqlens_q"][: size + 1],
             seqlens_k=static["seqlens_k"][:size],
             block_tables=static["block_tables"][:size],
-            max_seqlen_q=2,  # as the builder's (StepInputs.max_seqlen_q)
+            max_seqlen_q=DECODE_MAX_SEQLEN_Q,
             max_seqlen_k=self.max_seqlen_k,
         )
         return static["input_ids"][:size], static["positions"][:size], meta, static["logits_indices"][:size]
@@ -115,10 +116,8 @@ def pad_prefill_inputs(inputs: StepInputs, num_tokens: int, width: int) -> dict[
     """A prefill step's host tensors padded to a prefill graph's shapes: `num_tokens` tokens (padded ones
     belong to no sequence and write no KV), `PREFILL_GRAPH_SEQS` sequences (empty ones) with block tables
     `width` blocks wide, and as many logits rows (the padded ones read token 0)."""
-    tokens_short, seqs_short = (
-        num_tokens - inputs.input_ids.shape[0],
-        PREFILL_GRAPH_SEQS - inputs.seqlens_k.shape[0],
-    )
+    tokens_short = num_tokens - inputs.input_ids.shape[0]
+    seqs_short = PREFILL_GRAPH_SEQS - inputs.seqlens_k.shape[0]
     block_tables = inputs.block_tables
     return {
         "input_ids": F.pad(inputs.input_ids, (0, tokens_short)),

@@ -219,9 +219,8 @@ class ModelRunner:
                     self._prefill_forward, self.inputs, self.device, max_tokens, self.decode_graphs.pool
                 )
         elif self.use_cuda_graphs:
-            for batch_size in reversed(
-                self.inputs.decode_batch_sizes
-            ):  # largest first: the others reuse its pool
+            # largest first: the others reuse its pool
+            for batch_size in reversed(self.inputs.decode_batch_sizes):
                 for _ in range(2):  # the first run warms up, the second records
                     self._run_model(self.inputs.dummy_decode(batch_size))
             torch.cuda.synchronize()

@@ -11,6 +11,10 @@ import torch
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.transfer import to_device
 
+# A decode step's `max_seqlen_q`: an upper bound on its one query per sequence that a compiled graph does
+# not specialise on (it would on 1), so that prefill and decode share the graph.
+DECODE_MAX_SEQLEN_Q = 2
+
 
 @dataclass
 class StepInputs:
@@ -117,7 +121,7 @@ class StepInputBuilder:
             cu_seqlens_q=torch.arange(batch_size + 1, dtype=torch.int32),
             seqlens_k=torch.ones(batch_size, dtype=torch.int32),
             block_tables=torch.zeros(batch_size, self.max_blocks_per_seq, dtype=torch.int32),
-            max_seqlen_q=2,
+            max_seqlen_q=DECODE_MAX_SEQLEN_Q,
             max_seqlen_k=self.max_model_len,
             logits_indices=torch.arange(batch_size),
             is_prefill=False,
@@ -178,8 +182,8 @@ class StepInputBuilder:
         """The steps of a decode round. Step `i` feeds each sequence its token `i` of the round: the last
         one it has for step 0, and for later steps the tokens the previous step samples — on the device,
         so their `input_ids` are left None here for the runner to fill (step 0's too when the round follows
-        one still in flight). A sequence with fewer steps than
-        the round sits out the rest: its slot is -1 (nothing written) and its position stays put.
+        one still in flight). A sequence with fewer steps than the round sits out the rest: its slot is -1
+        (nothing written) and its position stays put.
 
         Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and `max_seqlen_k`
         fixed at `max_model_len`, so that only the batch size ever changes a graph."""
@@ -208,7 +212,7 @@ class StepInputBuilder:
         shared = dict(
             cu_seqlens_q=torch.arange(size + 1, dtype=torch.int32),
             block_tables=torch.from_numpy(block_tables),
-            max_seqlen_q=2,
+            max_seqlen_q=DECODE_MAX_SEQLEN_Q,
             max_seqlen_k=self.max_model_len,
             logits_indices=torch.arange(size),
             is_prefill=False,

@@ -16,7 +16,7 @@ def race(
     """argmax of logits / T - log E per row: with E ~ Exp(1) a categorical draw from softmax(logits / T),
     with a noise scale of 0 the greedy choice. One pass over the logits when compiled (drawing E inside
     that pass, from inductor's random numbers, was slower on the H200 than reading a tensor of it)."""
-    return _argmax(_scores(logits, inv_temperatures, noise_scales, noise))
+    return _scores(logits, inv_temperatures, noise_scales, noise).argmax(-1)
 
 
 def race_in_chunks(
@@ -32,10 +32,6 @@ def _scores(logits, inv_temperatures, noise_scales, noise) -> torch.Tensor:
     scores = logits.float() * inv_temperatures.unsqueeze(1)
     # an exact 0 (possible in float32) would give +inf, and NaN next to a filtered -inf logit
     return scores - noise_scales.unsqueeze(1) * noise.clamp_min(TINY).log()
-
-
-def _argmax(scores: torch.Tensor) -> torch.Tensor:
-    return scores.argmax(-1)
 
 
 def chunked_argmax(scores: torch.Tensor) -> torch.Tensor:
