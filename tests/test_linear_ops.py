@@ -1,9 +1,12 @@
-"""`nvllm::linear`: the skinny Triton matmul that small decode batches take, against an fp32 matmul."""
+"""`nvllm::linear`: the skinny Triton matmul that small decode batches take, against an fp32 matmul; the
+layers take the op only inside compiled graphs."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from nvllm.layers.linear import ColumnParallelLinear
+from nvllm.ops import linear_ops
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, uses_skinny_matmul
 
 # Qwen3-0.6B's and -8B's layer matmuls and LM head (out, in), and an odd shape that needs every mask
@@ -14,6 +17,27 @@ def test_cpu_batches_take_f_linear():
     x = torch.zeros(4, 8)
     assert not uses_skinny_matmul(x, None)  # on the CPU
     torch.testing.assert_close(linear(x + 1, torch.ones(3, 8)), torch.full((4, 3), 8.0))
+
+
+def test_compiled_layers_call_the_op_and_eager_layers_call_f_linear(monkeypatch):
+    layer = ColumnParallelLinear(8, 3)
+    layer.weight.data.fill_(1.0)
+    x = torch.ones(4, 8)
+    ops_in_graph = []
+
+    def record_ops(graph_module, example_inputs):
+        ops_in_graph.extend(node.target for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module.forward
+
+    compiled = torch.compile(layer, backend=record_ops, fullgraph=True)
+    torch.testing.assert_close(compiled(x), torch.full((4, 3), 8.0))
+    assert torch.ops.nvllm.linear.default in ops_in_graph
+
+    def no_op_in_eager(*args):
+        raise AssertionError("an eager layer went through nvllm::linear")
+
+    monkeypatch.setattr(linear_ops, "linear", no_op_in_eager)
+    torch.testing.assert_close(layer(x), torch.full((4, 3), 8.0))
 
 
 @pytest.mark.gpu

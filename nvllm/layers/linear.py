@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from nvllm.distributed import all_reduce, tp_rank, tp_size
-from nvllm.ops.linear_ops import linear
+from nvllm.ops.linear_ops import apply_linear
 
 
 def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None):
@@ -38,7 +38,7 @@ class ColumnParallelLinear(nn.Module):
         _copy_slice(param, full, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return apply_linear(x, self.weight, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -87,5 +87,5 @@ class RowParallelLinear(nn.Module):
         _copy_slice(param, full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(linear(x, self.weight))
+        y = all_reduce(apply_linear(x, self.weight))
         return y + self.bias if self.bias is not None else y

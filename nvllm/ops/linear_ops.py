@@ -4,6 +4,7 @@ A decode step of a few sequences runs `skinny_matmul` (a Triton kernel that stre
 bandwidth) where it beats cuBLAS, anything larger cuBLAS through `F.linear`. The choice is made inside the
 op, on the actual row count, so one compiled graph (dynamic in the batch size) serves both without a guard
 or a recompile.
+Layers call `apply_linear`, which takes the op only inside a compiled graph (see there).
 """
 
 from __future__ import annotations
@@ -34,3 +35,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 @linear.register_fake
 def _(x, weight, bias=None):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def apply_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """What the layers call: `nvllm::linear` while compiling, plain `F.linear` in eager mode. Eager launches
+    every kernel from Python, so a custom op's dispatch plus a Triton launch cost more per matmul than the
+    skinny kernel saves (eager single stream of the 0.6B on the H200: 17.5 tok/s through the op, 22.9
+    without)."""
+    if torch.compiler.is_compiling():
+        return linear(x, weight, bias)
+    return F.linear(x, weight, bias)
