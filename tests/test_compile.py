@@ -25,6 +25,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
             frames_after_warmup = counters["stats"]["unique_graphs"]
             assert frames_after_warmup == 1  # one graph for prefill and decode, built at start-up
+            assert counters["aot_autograd"]["total"] == 1, "traced more than once (a restarted analysis)"
             # the engine skips decode's guards once warmed up; evaluate them here, so that a batch shape
             # the padding failed to cover shows up as a recompile instead of running unchecked
             compiled.model_runner.decode_guards_checked = False
@@ -44,10 +45,11 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         torch.testing.assert_close(compiled_logits, eager_logits, atol=1e-4, rtol=1e-4)
 
         # Another KV cache size (memory budget, block size) reuses the compiled graphs: the caches' sizes
-        # are symbolic, so nothing compiles again (and across processes the inductor cache hits).
-        other_cache = {**settings, "kvcache_block_size": 32, "num_kvcache_blocks": 24}
+        # are symbolic, so nothing compiles again (and across processes the inductor cache hits). Here a
+        # sequence fits one block, and block tables one column wide would be a shape of their own.
+        other_cache = {**settings, "kvcache_block_size": 128, "num_kvcache_blocks": 24}
         with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **other_cache) as resized:
-            assert resized.model_runner.model.model.layers[0].self_attn.attn.k_cache.shape[:2] == (24, 32)
+            assert resized.model_runner.model.model.layers[0].self_attn.attn.k_cache.shape[:2] == (24, 128)
             outputs = resized.generate(PROMPTS, staggered, use_tqdm=False)
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled for a cache size"

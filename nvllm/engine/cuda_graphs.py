@@ -139,7 +139,7 @@ class PrefillGraphs:
     @torch.no_grad()  # as in ModelRunner._run_model
     def __init__(self, forward: Callable, builder: StepInputBuilder, device: str, max_tokens: int, pool):
         self.buckets = [tokens for tokens in PREFILL_BUCKETS if tokens <= max_tokens]
-        self.width, self.max_seqlen_k = builder.max_blocks_per_seq, builder.max_model_len
+        self.width, self.max_seqlen_k = builder.block_table_width, builder.max_model_len
         # every sequence empty: the recording computes nothing that matters
         empty = StepInputs(
             input_ids=torch.zeros(0, dtype=torch.int64),

@@ -181,6 +181,9 @@ class ModelRunner:
         # Sizes that happen to be equal at trace time (tokens = head_dim, say) would otherwise be assumed
         # equal forever, and every batch that breaks the coincidence would compile again.
         torch.fx.experimental._config.use_duck_shape = False
+        # Python floats (norm eps, attention scale) as constants. Left symbolic under dynamic=True, each
+        # one makes inductor's scalar pass restart the analysis: every compile would trace the model twice.
+        torch._dynamo.config.specialize_float = True
 
         def forward(*args):
             return model(*args)

@@ -85,6 +85,9 @@ class StepInputBuilder:
         self.max_model_len = max_model_len
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_blocks_per_seq = -(-max_model_len // block_size)
+        # the block tables' columns: one more (never read) when a sequence fits one block, so as not to
+        # compile a graph for width 1 besides the general one
+        self.block_table_width = max(2, self.max_blocks_per_seq)
         self.decode_batch_sizes = decode_batch_sizes  # empty: no CUDA graphs, decode batches stay as they are
 
     def build(self, batch: ScheduledBatch) -> list[StepInputs]:
@@ -120,7 +123,7 @@ class StepInputBuilder:
             slot_mapping=torch.full((batch_size,), -1, dtype=torch.int64),
             cu_seqlens_q=torch.arange(batch_size + 1, dtype=torch.int32),
             seqlens_k=torch.ones(batch_size, dtype=torch.int32),
-            block_tables=torch.zeros(batch_size, self.max_blocks_per_seq, dtype=torch.int32),
+            block_tables=torch.zeros(batch_size, self.block_table_width, dtype=torch.int32),
             max_seqlen_q=DECODE_MAX_SEQLEN_Q,
             max_seqlen_k=self.max_model_len,
             logits_indices=torch.arange(batch_size),
@@ -185,11 +188,11 @@ class StepInputBuilder:
         one still in flight). A sequence with fewer steps than the round sits out the rest: its slot is -1
         (nothing written) and its position stays put.
 
-        Padded to a captured batch size; block tables always `max_blocks_per_seq` wide and `max_seqlen_k`
+        Padded to a captured batch size; block tables always `block_table_width` wide and `max_seqlen_k`
         fixed at `max_model_len`, so that only the batch size ever changes a graph."""
         size = self._decode_batch_size(len(batch.seqs))
         num_seqs, num_steps = len(batch.seqs), batch.num_steps
-        block_tables = np.zeros((size, self.max_blocks_per_seq), dtype=np.int32)
+        block_tables = np.zeros((size, self.block_table_width), dtype=np.int32)
         for row, seq in enumerate(batch.seqs):
             block_tables[row, : len(seq.block_table)] = seq.block_table
         # [step, sequence]: a sequence's position advances until its last step, then stays put
