@@ -184,11 +184,9 @@ class PrefillGraphs:
         )
 
     def holds(self, inputs: StepInputs) -> bool:
-        return (
-            inputs.is_prefill
-            and inputs.input_ids.shape[0] <= self.buckets[-1]
-            and inputs.seqlens_k.shape[0] <= PREFILL_GRAPH_SEQS
-        )
+        """Whether a prefill step fits a graph (the runner asks only for prefill steps)."""
+        num_tokens, num_seqs = inputs.input_ids.shape[0], inputs.seqlens_k.shape[0]
+        return num_tokens <= self.buckets[-1] and num_seqs <= PREFILL_GRAPH_SEQS
 
     def run(self, inputs: StepInputs) -> torch.Tensor:
         """The logits of a prefill step that `holds`; valid until the next replay of any graph."""

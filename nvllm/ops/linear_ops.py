@@ -4,6 +4,7 @@ A decode step of a few sequences runs `skinny_matmul` (a Triton kernel that stre
 bandwidth) where it beats cuBLAS, anything larger cuBLAS through `F.linear`. The choice is made inside the
 op, on the actual row count, so one compiled graph (dynamic in the batch size) serves both without a guard
 or a recompile.
+
 Layers call `apply_linear`, which takes the op only inside a compiled graph (see there).
 """
 
