@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvllm.config import EngineConfig, engine_config_from_kwargs
+from nvllm.config import EngineConfig, engine_config
 from nvllm.engine.llm_engine import LLMEngine
 
 
@@ -15,7 +15,7 @@ class LLM(LLMEngine):
     """
 
     def __init__(self, model: str | None = None, **overrides: Any):
-        super().__init__(engine_config_from_kwargs(model, **overrides))
+        super().__init__(engine_config(model, **overrides))
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> LLM:

@@ -21,7 +21,14 @@ def dense_causal_attention(query, key, value, scale):
 
 
 def run_paged_batch(
-    cases, block_size, backend="torch", device="cpu", dtype=torch.float32, seed=0, head_dim=HEAD_DIM
+    cases,
+    block_size,
+    backend="torch",
+    device="cpu",
+    dtype=torch.float32,
+    seed=0,
+    head_dim=HEAD_DIM,
+    decode_kv_splits=0,
 ):
     """cases: (num_cached, num_new) per sequence. Writes the cached part in one call, the new part in the
     batched call, like the engine; returns (paged output, dense reference)."""
@@ -68,6 +75,7 @@ def run_paged_batch(
         torch.tensor(tables, dtype=torch.int32, device=device),
         max(n for _, n in cases),
         max(seqlens_k),
+        torch.tensor(decode_kv_splits, dtype=torch.int32),
         scale,
         backend,
     )
@@ -107,21 +115,24 @@ def test_padded_slots_write_nothing():
         [(c, 1) for c in (1, 255, 256, 257, 1000)],  # pure decode: the with_kvcache path
     ],
 )
-def test_flash_attn_backend_matches_torch_backend_on_gpu(cases):
+@pytest.mark.parametrize("decode_kv_splits", [0, 1])  # flash-attn's own choice, and one split
+def test_flash_attn_backend_matches_torch_backend_on_gpu(cases, decode_kv_splits):
     pytest.importorskip("flash_attn")
     settings = dict(device="cuda", dtype=torch.bfloat16, head_dim=128)  # the trimmed build serves 128 only
-    paged, dense = run_paged_batch(cases, 256, backend="flash_attn", **settings)
+    paged, dense = run_paged_batch(
+        cases, 256, backend="flash_attn", decode_kv_splits=decode_kv_splits, **settings
+    )
     reference, _ = run_paged_batch(cases, 256, backend="torch", **settings)
     torch.testing.assert_close(paged.float(), reference.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(paged.float(), dense.float(), atol=3e-2, rtol=3e-2)
 
 
 def test_auto_backend_on_cuda_rejects_block_sizes_flash_attn_cannot_serve(monkeypatch):
-    from nvllm.ops import attention_ops
+    from nvllm.attention import FlashAttnBackend, TorchBackend, resolve_backend
 
-    monkeypatch.setattr(attention_ops, "flash_attn_available", lambda: True)
+    monkeypatch.setattr(FlashAttnBackend, "can_run", classmethod(lambda cls, device: device == "cuda"))
     with pytest.raises(ValueError, match="cache.block_size=16 cannot be served by the flash_attn backend"):
-        attention_ops.resolve_backend("auto", "cuda", 16)
-    assert attention_ops.resolve_backend("auto", "cuda", 512) == "flash_attn"
-    assert attention_ops.resolve_backend("torch", "cuda", 16) == "torch"
-    assert attention_ops.resolve_backend("auto", "cpu", 16) == "torch"
+        resolve_backend("auto", "cuda", 16)
+    assert resolve_backend("auto", "cuda", 512) is FlashAttnBackend
+    assert resolve_backend("torch", "cuda", 16) is TorchBackend
+    assert resolve_backend("auto", "cpu", 16) is TorchBackend

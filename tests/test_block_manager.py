@@ -19,7 +19,7 @@ def make_seq(token_ids: list[int]) -> Sequence:
 
 def compute(manager: BlockManager, seq: Sequence, num_tokens: int | None = None) -> None:
     """What a step does to the cache bookkeeping: `num_tokens` more tokens (default: all) have KV."""
-    seq.num_computed_tokens += seq.num_uncomputed_tokens if num_tokens is None else num_tokens
+    seq.computed_len += seq.num_uncomputed_tokens if num_tokens is None else num_tokens
     manager.register_computed_blocks(seq)
 
 
@@ -45,7 +45,7 @@ def test_allocate_and_free_account_every_block():
     assert manager.num_free_blocks == 5
     assert not set(seq.block_table) & set(manager.free_block_ids)
     assert [manager.blocks[b].ref_count for b in seq.block_table] == [1, 1, 1]
-    assert seq.num_computed_tokens == seq.num_cached_tokens == 0
+    assert seq.computed_len == seq.cached_len == 0
 
     compute(manager, seq)
     seq.token_ids += [10, 11]  # two decode tokens fill block 3; the third needs a fourth block
@@ -109,7 +109,7 @@ def test_same_block_under_a_different_prefix_is_a_different_block():
     compute(manager, first)
     second = make_seq([5, 6, 7, 8, 9, 9, 9, 9, 0])  # block 1 has the same tokens, block 0 does not
     manager.allocate(second)
-    assert second.num_cached_tokens == 0
+    assert second.cached_len == 0
     assert not set(second.block_table) & set(first.block_table)
     compute(manager, second)
     first_hash, second_hash = (manager.blocks[s.block_table[1]].hash for s in (first, second))
@@ -128,7 +128,7 @@ def test_second_request_shares_cached_prefix_blocks():
     assert second.block_table[:2] == first.block_table[:2]
     assert [manager.blocks[b].ref_count for b in second.block_table] == [2, 2, 1, 1]
     assert not set(second.block_table[2:]) & set(first.block_table)
-    assert second.num_cached_tokens == second.num_computed_tokens == 8
+    assert second.cached_len == second.computed_len == 8
     assert second.num_uncomputed_tokens == 5
     assert (manager.num_queried_tokens, manager.num_hit_tokens) == (12 + 13, 8)
     assert manager.prefix_hit_rate == pytest.approx(8 / 25)
@@ -152,14 +152,14 @@ def test_a_full_hit_still_leaves_one_token_to_compute():
 
     again = make_seq(prompt)
     manager.allocate(again)
-    assert again.num_cached_tokens == 8  # the last block is recomputed: its last token yields the logits
+    assert again.cached_len == 8  # the last block is recomputed: its last token yields the logits
     assert again.block_table[:2] == cached[:2]
     assert again.num_uncomputed_tokens == 4
 
     manager.free(again)
     longer = make_seq(prompt + [7])  # 3 full cached blocks and one new token
     manager.allocate(longer)
-    assert longer.num_cached_tokens == 12 and longer.num_uncomputed_tokens == 1
+    assert longer.cached_len == 12 and longer.num_uncomputed_tokens == 1
 
 
 def test_freed_blocks_keep_their_hash_until_reused_least_recent_first():
@@ -182,7 +182,7 @@ def test_freed_blocks_keep_their_hash_until_reused_least_recent_first():
     manager.free(other)
     again = make_seq(prompt + [0])
     manager.allocate(again)
-    assert again.block_table[:3] == cached and again.num_cached_tokens == 12
+    assert again.block_table[:3] == cached and again.cached_len == 12
 
 
 def test_reused_block_drops_its_stale_hash():
@@ -207,7 +207,7 @@ def test_reused_block_drops_its_stale_hash():
     manager.free(other)
     again = make_seq(prompt + [0])
     manager.allocate(again)
-    assert again.num_cached_tokens == 8  # the first two blocks still hit; the overwritten third does not
+    assert again.cached_len == 8  # the first two blocks still hit; the overwritten third does not
     assert again.block_table[:2] == cached[:2]
 
 
@@ -235,7 +235,7 @@ def test_prefix_caching_disabled_never_hits():
     assert all(manager.blocks[b].hash is None for b in first.block_table)
     second = make_seq(list(range(9)))
     manager.allocate(second)
-    assert second.num_cached_tokens == 0 and not set(second.block_table) & set(first.block_table)
+    assert second.cached_len == 0 and not set(second.block_table) & set(first.block_table)
 
 
 # ---- end to end: the engine's prefill computes only what the cache does not hold --------------------------

@@ -28,7 +28,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             assert counters["aot_autograd"]["total"] == 1, "traced more than once (a restarted analysis)"
             # the engine skips decode's guards once warmed up; evaluate them here, so that a batch shape
             # the padding failed to cover shows up as a recompile instead of running unchecked
-            compiled.model_runner.decode_guards_checked = False
+            compiled.model_runner.compiled_model.trust_decode_guards = False
             outputs = compiled.generate(PROMPTS, staggered, use_tqdm=False)  # chunked prefill too
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled after warm-up"
@@ -38,10 +38,10 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             for prompt in PROMPTS[:2]:
                 compiled.add_request(prompt, params)
             batch = compiled.scheduler.schedule()
-            batch_inputs = compiled.model_runner.inputs.prefill(batch)
-            compiled_logits = compiled.model_runner.execute(batch_inputs)
+            batch_inputs = compiled.inputs.prefill(batch)
+            compiled_logits = compiled.model_runner.forward(batch_inputs)
             compiled.abort_all()
-        eager_logits = eager_runner.execute(batch_inputs)
+        eager_logits = eager_runner.forward(batch_inputs)
         torch.testing.assert_close(compiled_logits, eager_logits, atol=1e-4, rtol=1e-4)
 
         # Another KV cache size (memory budget, block size) reuses the compiled graphs: the caches' sizes

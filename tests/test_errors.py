@@ -99,16 +99,16 @@ def test_prompts_and_sampling_params_of_different_lengths(llm, expected):
 
 
 def test_error_inside_a_step_leaves_the_engine_usable(llm, expected, monkeypatch):
-    launch = llm.model_runner.launch
+    execute = llm.model_runner.execute
     calls = []
 
-    def fails_on_second_step(batch, after=None):
-        calls.append(batch)
+    def fails_on_second_step(steps, sample):
+        calls.append(steps)
         if len(calls) == 2:  # after a prefill: sequences running, blocks held and published
             raise RuntimeError("injected failure")
-        return launch(batch, after)
+        return execute(steps, sample)
 
-    monkeypatch.setattr(llm.model_runner, "launch", fails_on_second_step)
+    monkeypatch.setattr(llm.model_runner, "execute", fails_on_second_step)
     with pytest.raises(RuntimeError, match="injected failure"):
         llm.generate(GOOD_PROMPTS + [random_prompt(9, seed=304)], GREEDY, use_tqdm=False)
     assert len(calls) == 2

@@ -48,11 +48,13 @@ def engine_step_logits(llm, forced_tokens: dict[int, int]) -> tuple[list[Sequenc
     """One scheduled step: its logits (one row per sampled sequence), then the forced tokens appended."""
     batch = llm.scheduler.schedule()
     runner = llm.model_runner
-    (inputs,) = runner.inputs.build(batch)
-    logits = runner.execute(inputs)
+    (inputs,) = llm.inputs.build(batch)
+    logits = runner.forward(inputs)
     sampled = batch.sampled_seqs
     llm.scheduler.launched(batch)
     llm.scheduler.postprocess(batch, [[forced_tokens[s.seq_id]] for s in sampled])
+    for seq in sampled:  # where the next decode step reads each sequence's newest token
+        runner.token_table[seq.token_row] = forced_tokens[seq.seq_id]
     return sampled, logits[: len(sampled)]
 
 
@@ -64,7 +66,7 @@ def test_prefill_and_decode_logits_match_transformers(llm, hf_model):
         continuations[seq.seq_id] = full
     step = 0
     while not llm.is_finished():
-        forced = {s.seq_id: continuations[s.seq_id][len(s)] for s in seqs if not s.is_finished}
+        forced = {s.seq_id: continuations[s.seq_id][s.host_len] for s in seqs if not s.is_finished}
         sampled, logits = engine_step_logits(llm, forced)
         for seq, row in zip(sampled, logits):
             reference = hf_logits(hf_model, seq.token_ids[:-1])[-1]  # logits that picked the appended token

@@ -40,14 +40,14 @@ def mixed_params():
 
 def launches_following(llm) -> list[ScheduledBatch]:
     """Spy: every batch launched while the round before it was still in flight."""
-    followed, launch = [], llm.model_runner.launch
+    followed, launch = [], llm.launch
 
-    def spy(batch, after=None):
-        if batch.follows_in_flight:
+    def spy(batch):
+        if not batch.is_prefill and any(seq.num_in_flight_tokens for seq in batch.seqs):
             followed.append(batch)
-        return launch(batch, after)
+        return launch(batch)
 
-    llm.model_runner.launch = spy
+    llm.launch = spy
     return followed
 
 
@@ -76,11 +76,11 @@ def test_next_round_drops_what_a_stop_in_the_round_in_flight_makes_useless():
     first = scheduler.schedule()
     scheduler.launched(first)
     second = scheduler.schedule_next_round(first)
-    assert second.follows_in_flight and second.seqs == [stops] and second.num_new_tokens == [4]
+    assert second.seqs == [stops] and second.num_new_tokens == [4]
     scheduler.launched(second)
-    assert len(stops) == 2 + 1 + 4 + 4 and stops.token_ids == [1, 2, 1]  # 8 tokens still on the device
+    assert stops.device_len == 2 + 1 + 4 + 4 and stops.token_ids == [1, 2, 1]  # 8 tokens only on the device
     assert scheduler.postprocess(first, [[5, EOS, 6, 6], [8, 8, 8, 8]]) == [stops, limited]
-    assert stops.completion_token_ids == [1, 5, EOS] and stops.num_pending_tokens == 0
+    assert stops.completion_token_ids == [1, 5, EOS] and stops.num_in_flight_tokens == 0
     assert limited.completion_token_ids == [1, 8, 8, 8, 8]
     assert scheduler.block_manager.num_free_blocks == 8
     assert scheduler.postprocess(second, [[7, 7, 7, 7]]) == []  # computed for nothing, dropped

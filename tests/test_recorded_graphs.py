@@ -1,4 +1,4 @@
-"""The manual CUDA-graph machinery (`DecodeGraphs`, `PrefillGraphs`) on the CPU, with a stand-in graph that
+"""The CUDA-graph machinery (`GraphRunner`) on the CPU, with a stand-in graph that
 replays by running the recorded call again on the same static buffers: input copies, padding to captured
 shapes, the choice of graph and the slicing of its logits — everything but CUDA itself (the `gpu` tests
 run the real graphs)."""
@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from nvllm import SamplingParams
-from nvllm.engine import cuda_graphs
-from nvllm.engine.cuda_graphs import DecodeGraphs, PrefillGraphs
+from nvllm.attention import FlashAttnBackend, TorchBackend
+from nvllm.engine import graph_runner
+from nvllm.engine.graph_runner import GraphRunner
 from tests.engine_utils import random_prompt, tiny_llm
 
 
@@ -34,7 +35,7 @@ def graphs_on_the_host(monkeypatch):
         graph = ReplayedOnTheHost(forward, args)
         return graph, graph.output
 
-    monkeypatch.setattr(cuda_graphs, "record", record)
+    monkeypatch.setattr(graph_runner, "record", record)
 
 
 def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_on_the_host):
@@ -59,14 +60,20 @@ def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_o
 
         expected = run_both()
         runner = llm.model_runner
-        runner.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
-        runner.decode_graphs = decode = DecodeGraphs(runner.model, runner.inputs, "cpu")
-        runner.prefill_graphs = prefill = PrefillGraphs(runner.model, runner.inputs, "cpu", 48, None)
-        assert prefill.buckets == [16, 32]
+        llm.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
+        backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len)
+        runner.graph_runner = graphs = GraphRunner(runner.model, backend, [2, 4, 8], [16, 32], "cpu")
         got = run_both()
     assert got == expected
-    # every kind of graph ran: decode batches of each padded size, with and without KV splits ...
-    decode_replays = {key: graph.replays for key, graph in decode.graphs.items()}
-    assert all(decode_replays[size, 1] for size in (2, 4, 8)), decode_replays
-    # ... (no context here is long enough for splits), and prefill steps of each bucket
-    assert all(graph.replays for graph in prefill.graphs.values())
+    replays = {key: graph.replays for key, graph in graphs.graphs.items()}
+    # every kind of graph ran: decode batches of each padded size without KV splits (no context here is
+    # long enough for splits), and prefill steps of each bucket
+    assert all(replays["decode", size, 1] for size in (2, 4, 8)), replays
+    assert all(replays["prefill", tokens] for tokens in (16, 32)), replays
+
+
+class SplittingTorchBackend(TorchBackend):
+    """The torch backend (which has nothing to split) choosing decode KV splits as flash-attn does, so that
+    graphs of both split choices are recorded and picked."""
+
+    decode_kv_splits = FlashAttnBackend.decode_kv_splits

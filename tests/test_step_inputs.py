@@ -4,29 +4,42 @@ against values worked out by hand."""
 import torch
 
 from nvllm import SamplingParams
-from nvllm.engine.cuda_graphs import pad_prefill_inputs
+from nvllm.attention import TorchBackend
+from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.graph_runner import GraphRunner
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
 
+MAX_NUM_SEQS = 6  # token-table rows 0..5, and the scratch row 6
 
-def decode_round(follows_in_flight: bool = False):
-    builder = StepInputBuilder(4, max_model_len=32, max_num_batched_tokens=64, decode_batch_sizes=[2, 4, 8])
-    long = Sequence([11, 12, 13, 14, 15, 16], SamplingParams())  # positions 5, 6, 7: block 5 holds 4..7
-    short = Sequence([21, 22, 23], SamplingParams())  # one step, then it sits out
-    long.block_table, short.block_table = [3, 5], [7]
-    batch = ScheduledBatch(is_prefill=False, follows_in_flight=follows_in_flight)
-    batch.add(long, 3)
-    batch.add(short, 1)
-    batch.add(Sequence([31], SamplingParams()), 2)  # a third sequence: the batch pads to 4 rows
-    batch.seqs[2].block_table = [9]
-    return builder.decode(batch)
+
+def builder(decode_batch_sizes=(2, 4, 8)) -> StepInputBuilder:
+    return StepInputBuilder(
+        TorchBackend(4, max_model_len=32), BlockManager(16, 4), MAX_NUM_SEQS, list(decode_batch_sizes)
+    )
+
+
+def sequence(token_ids: list[int], block_table: list[int], token_row: int) -> Sequence:
+    seq = Sequence(token_ids, SamplingParams())
+    seq.block_table, seq.token_row = block_table, token_row
+    return seq
+
+
+def decode_round():
+    batch = ScheduledBatch(is_prefill=False)
+    batch.add(sequence([11, 12, 13, 14, 15, 16], [3, 5], token_row=4), 3)  # positions 5, 6, 7: block 5
+    batch.add(sequence([21, 22, 23], [7], token_row=0), 1)  # one step, then it sits out
+    batch.add(sequence([31], [9], token_row=2), 2)  # a third sequence: the batch pads to 4 rows
+    return builder().decode(batch)
 
 
 def test_decode_round_positions_slots_and_lengths_step_by_step():
     steps = decode_round()
-    assert len(steps) == 3 and steps[0].input_ids.tolist() == [16, 23, 31, 0]
-    assert all(step.input_ids is None for step in steps[1:])  # sampled on the device by the step before
+    assert len(steps) == 3 and all(step.input_ids is None for step in steps)  # read from the token table
+    assert [step.token_rows.tolist() for step in steps] == [[4, 0, 2, 6]] * 3  # padding reads the scratch row
+    # each step's samples go to the sequence's row while it takes steps, else to the scratch row
+    assert [step.sampled_rows.tolist() for step in steps] == [[4, 0, 2, 6], [4, 6, 2, 6], [4, 6, 6, 6]]
     assert [step.positions.tolist() for step in steps] == [[5, 2, 0, 0], [6, 2, 1, 0], [7, 2, 1, 0]]
     # block * 4 + offset; -1: a sequence sitting out the step, or a padded row, writes nothing
     assert [step.slot_mapping.tolist() for step in steps] == [
@@ -40,21 +53,29 @@ def test_decode_round_positions_slots_and_lengths_step_by_step():
     assert steps[0].max_seqlen_k == 32  # fixed, so that the batch size alone picks a CUDA graph
 
 
-def test_a_round_after_one_in_flight_takes_its_first_tokens_on_the_device():
-    steps = decode_round(follows_in_flight=True)
-    assert all(step.input_ids is None for step in steps)
-    assert steps[0].positions.tolist() == [5, 2, 0, 0]
+def test_a_round_after_one_in_flight_starts_after_its_tokens():
+    batch = ScheduledBatch(is_prefill=False)
+    seq = sequence([1, 2, 3], [0, 1], token_row=3)
+    seq.num_in_flight_tokens = 4  # the round in flight samples positions 3..6: this one starts at 6
+    batch.add(seq, 2)
+    steps = builder().decode(batch)
+    assert [step.positions.tolist() for step in steps] == [[6, 0], [7, 0]]
+    assert [step.slot_mapping.tolist() for step in steps] == [[6, -1], [7, -1]]
+    assert steps[0].token_rows.tolist() == [3, 6]
 
 
 def test_prefill_inputs_padded_to_a_prefill_graph():
-    builder = StepInputBuilder(4, max_model_len=32, max_num_batched_tokens=64, decode_batch_sizes=[2, 4, 8])
-    fresh = Sequence([1, 2, 3, 4, 5], SamplingParams())
-    cached = Sequence([6, 7, 8, 9, 10, 11], SamplingParams())  # its first block came from the prefix cache
-    fresh.block_table, cached.block_table, cached.num_computed_tokens = [2, 3], [4, 5], 4
+    fresh = sequence([1, 2, 3, 4, 5], [2, 3], token_row=1)
+    cached = sequence([6, 7, 8, 9, 10, 11], [4, 5], token_row=5)  # its first block was a prefix-cache hit
+    cached.computed_len = 4
     batch = ScheduledBatch(is_prefill=True)
     batch.add(fresh, 5)
     batch.add(cached, 2)
-    padded = pad_prefill_inputs(builder.prefill(batch), num_tokens=16, width=8)
+    inputs = builder().prefill(batch)
+    assert inputs.sampled_rows.tolist() == [1, 5]
+    graphs = GraphRunner.__new__(GraphRunner)  # only its padding, no graphs
+    graphs.backend = TorchBackend(4, max_model_len=32)
+    padded = graphs._pad_prefill(inputs, num_tokens=16)
     assert padded["input_ids"].tolist() == [1, 2, 3, 4, 5, 10, 11] + [0] * 9
     assert padded["positions"].tolist() == [0, 1, 2, 3, 4, 4, 5] + [0] * 9
     assert padded["slot_mapping"].tolist() == [8, 9, 10, 11, 12, 20, 21] + [-1] * 9  # padding writes no KV
@@ -76,15 +97,13 @@ def test_prefill_inputs_padded_to_a_prefill_graph():
 def test_a_prefill_has_as_many_query_rows_as_sequences_only_with_one_query_each():
     """nvllm::attention reads a batch with as many query rows as sequences as one query per sequence (a
     decode kernel may serve it): padding must not make a prefill look like that."""
-    builder = StepInputBuilder(4, max_model_len=32, max_num_batched_tokens=64, decode_batch_sizes=[])
+    build = builder(decode_batch_sizes=())
 
     def prefill(*new_tokens: int):
         batch = ScheduledBatch(is_prefill=True)
         for i, num_new in enumerate(new_tokens):
-            seq = Sequence(list(range(10 * i, 10 * i + num_new)), SamplingParams())
-            seq.block_table = [i]
-            batch.add(seq, num_new)
-        inputs = builder.prefill(batch)
+            batch.add(sequence(list(range(10 * i, 10 * i + num_new)), [i], token_row=i), num_new)
+        inputs = build.prefill(batch)
         return inputs.input_ids.shape[0], inputs.seqlens_k.shape[0]
 
     assert prefill(2) == (3, 2)  # 2 tokens, 1 sequence padded to 2: one more padded token

@@ -14,10 +14,12 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from experiments.config import engine_config_from_run_config
 
 from nvllm import SamplingParams
-from nvllm.config import EngineConfig, engine_config_from_run_config
+from nvllm.config import EngineConfig, to_dataclass
 from nvllm.distributed import tp_size
+from nvllm.engine.block_manager import blocks_for
 from nvllm.engine.step_inputs import StepInputs
 from nvllm.engine.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
 from nvllm.run import compose_config
@@ -142,15 +144,18 @@ def test_a_second_group_in_one_process_is_refused_and_the_first_left_alone():
 
 @pytest.mark.parametrize("overrides", [{}, {"cache.block_size": 16, "scheduler.max_model_len": 40960}])
 def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
-    config = EngineConfig()
+    nested = {}
     for key, value in overrides.items():
         group, leaf = key.split(".")
-        setattr(getattr(config, group), leaf, value)
+        nested.setdefault(group, {})[leaf] = value
+    config = to_dataclass(EngineConfig, nested)
     sched, block_size = config.scheduler, config.cache.block_size
     tokens, seqs = sched.max_num_batched_tokens, sched.max_num_seqs
-    width = -(-sched.max_model_len // block_size)
+    width = blocks_for(sched.max_model_len, block_size)
     largest = StepInputs(
         input_ids=torch.zeros(tokens, dtype=torch.int64),
+        token_rows=None,
+        sampled_rows=torch.zeros(seqs, dtype=torch.int64),
         positions=torch.zeros(tokens, dtype=torch.int64),
         slot_mapping=torch.zeros(tokens, dtype=torch.int64),
         cu_seqlens_q=torch.zeros(seqs + 1, dtype=torch.int32),
@@ -171,10 +176,10 @@ def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
     decode_step = dataclasses.replace(
         largest,
         input_ids=None,
+        token_rows=torch.zeros(seqs, dtype=torch.int64),
         positions=torch.zeros(seqs, dtype=torch.int64),
         slot_mapping=torch.zeros(seqs, dtype=torch.int64),
-        max_seqlen_q=1,
-        logits_indices=None,
+        max_seqlen_q=2,
         is_prefill=False,
     )
     round_message = [pack_inputs(decode_step, width) for _ in range(sched.num_decode_steps)]

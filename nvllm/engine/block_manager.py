@@ -8,6 +8,11 @@ import xxhash
 from nvllm.engine.sequence import Sequence
 
 
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks that hold `num_tokens` tokens."""
+    return -(-num_tokens // block_size)
+
+
 def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
     """xxhash64 of a full block, chained over its parent so equal blocks under different prefixes differ."""
     hasher = xxhash.xxh64(parent_hash.to_bytes(8, "little"))
@@ -52,7 +57,13 @@ class BlockManager:
         return self.num_hit_tokens / self.num_queried_tokens if self.num_queried_tokens else 0.0
 
     def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return blocks_for(num_tokens, self.block_size)
+
+    def slots(self, block_tables: np.ndarray, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """KV-cache slots (block id * block_size + offset) of the tokens at `positions` of the sequences
+        whose block tables are rows `rows` of `block_tables` (`rows` and `positions` broadcast)."""
+        blocks = block_tables[rows, positions // self.block_size].astype(np.int64)
+        return blocks * self.block_size + positions % self.block_size
 
     def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
         hashes, parent = [], 0
@@ -67,7 +78,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         hits = []
-        num_full_blocks = (len(seq) - 1) // self.block_size
+        num_full_blocks = (seq.host_len - 1) // self.block_size
         for i, block_hash in enumerate(self._block_hashes(seq, num_full_blocks)):
             block_id = self.hash_to_block_id.get(block_hash)
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
@@ -79,7 +90,7 @@ class BlockManager:
     def can_allocate(self, seq: Sequence) -> bool:
         hits = self._cached_prefix(seq)
         hits_in_use = sum(1 for block_id in hits if self.blocks[block_id].ref_count > 0)
-        return self.blocks_for(len(seq)) - hits_in_use <= self.num_free_blocks
+        return self.blocks_for(seq.host_len) - hits_in_use <= self.num_free_blocks
 
     def allocate(self, seq: Sequence) -> None:
         """Blocks for all of `seq`'s tokens: cached prefix blocks shared, the rest fresh."""
@@ -91,18 +102,27 @@ class BlockManager:
                 del self.free_block_ids[block_id]
             block.ref_count += 1
         seq.block_table = list(hits)
-        seq.num_computed_tokens = seq.num_cached_tokens = len(hits) * self.block_size
+        seq.computed_len = seq.cached_len = len(hits) * self.block_size
         seq.num_registered_blocks = len(hits)
-        self.num_queried_tokens += len(seq)
-        self.num_hit_tokens += seq.num_cached_tokens
-        self._grow(seq, self.blocks_for(len(seq)))
+        self.num_queried_tokens += seq.host_len
+        self.num_hit_tokens += seq.cached_len
+        self._grow(seq, self.blocks_for(seq.host_len))
 
-    def can_append(self, seq: Sequence, num_tokens: int = 1) -> bool:
-        return self.blocks_for(len(seq) + num_tokens - 1) - len(seq.block_table) <= self.num_free_blocks
+    def num_new_blocks(self, seq: Sequence, num_steps: int = 1) -> int:
+        """Blocks the sequence lacks for `num_steps` decode steps: the KV of its newest token (on the device)
+        and of the `num_steps - 1` it samples next."""
+        return max(0, self.blocks_for(seq.device_len + num_steps - 1) - len(seq.block_table))
 
-    def append_slots(self, seq: Sequence, num_tokens: int = 1) -> None:
-        """Room for the KV of the sequence's newest token and of the `num_tokens - 1` it decodes next."""
-        self._grow(seq, self.blocks_for(len(seq) + num_tokens - 1))
+    def can_append(self, seq: Sequence, num_steps: int = 1) -> bool:
+        return self.num_new_blocks(seq, num_steps) <= self.num_free_blocks
+
+    def append_slots(self, seq: Sequence, num_steps: int = 1) -> None:
+        self._grow(seq, self.blocks_for(seq.device_len + num_steps - 1))
+
+    def max_decode_steps(self, seq: Sequence) -> int:
+        """Decode steps the sequence's blocks and the free ones hold."""
+        room = (len(seq.block_table) + self.num_free_blocks) * self.block_size
+        return room - seq.device_len + 1
 
     def _grow(self, seq: Sequence, num_blocks: int) -> None:
         while len(seq.block_table) < num_blocks:
@@ -114,12 +134,10 @@ class BlockManager:
             seq.block_table.append(block_id)
 
     def register_computed_blocks(self, seq: Sequence) -> None:
-        """Publish blocks that just became full of computed KV, so later requests can hit them. Only tokens
-        the host has are hashed; a block whose last K/V a launched round still writes may be published (any
-        request that reads it runs after that round on the device)."""
+        """Publish blocks that just became full of computed KV, so later requests can hit them."""
         if not self.enable_prefix_caching:
             return
-        num_full = min(seq.num_computed_tokens, len(seq.token_ids)) // self.block_size
+        num_full = seq.computed_len // self.block_size
         for i in range(seq.num_registered_blocks, num_full):
             parent = self.blocks[seq.block_table[i - 1]].hash if i else 0
             block = self.blocks[seq.block_table[i]]

@@ -5,13 +5,17 @@ import numbers
 import time
 from collections.abc import Sequence as SequenceLike
 
+import torch
 from tqdm.auto import tqdm
 
-from nvllm.config import EngineConfig
+from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
-from nvllm.engine.model_runner import LaunchedBatch, ModelRunner
+from nvllm.engine.graph_runner import decode_capture_sizes
+from nvllm.engine.model_runner import ModelRunner
 from nvllm.engine.scheduler import ScheduledBatch, Scheduler
 from nvllm.engine.sequence import Sequence
+from nvllm.engine.step_inputs import StepInputBuilder
+from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
 from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer import load_tokenizer
@@ -21,20 +25,57 @@ logger = logging.getLogger("nvllm")
 Prompt = str | list[int]
 
 
+def tokens_per_second(num_tokens: int, seconds: float) -> float:
+    return num_tokens / seconds if seconds > 0 else 0.0
+
+
+class LaunchedBatch:
+    """A batch queued on the device: its sampled tokens there (`[padded rows, steps]`) and, on CUDA, their
+    copy to pinned host memory, under way."""
+
+    def __init__(self, batch: ScheduledBatch, tokens: torch.Tensor):
+        self.batch, self._host, self._copied = batch, tokens, None
+        if tokens.is_cuda:
+            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            self._host.copy_(tokens, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
+    def sampled_tokens(self) -> list[list[int]]:
+        """For each of `batch.sampled_seqs`, its tokens (waits for their copy only, not for work launched
+        after it)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._host[: len(self.batch.sampled_seqs)].tolist()
+
+
 class LLMEngine:
     """Continuous batching: requests in, one scheduled batch per `step()`, finished sequences out."""
 
     def __init__(self, config: EngineConfig):
-        self.config = config
+        self.config = config = resolve(config)
         model_class(config.model.architecture)  # an unsupported architecture fails before any loading
         start = time.perf_counter()
         self.tokenizer = load_tokenizer(config.model.path)
         self.model_runner = self._make_model_runner()
+        self.device = self.model_runner.device
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
         )
         self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
-        self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
+        self.inputs = StepInputBuilder(
+            self.model_runner.backend,
+            self.block_manager,
+            config.scheduler.max_num_seqs,
+            decode_capture_sizes(config),
+        )
+        timings = dict(self.model_runner.timings)
+        self.sampler = Sampler(compiled=config.compile.enabled and self.device.startswith("cuda"))
+        if self.sampler.compiled:
+            compile_start = time.perf_counter()
+            self.sampler.warm_up(config.model.vocab_size, self.device)
+            timings["compile_s"] += time.perf_counter() - compile_start
+        self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
@@ -107,21 +148,24 @@ class LLMEngine:
     # ---- the loop -----------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
         """Run one batch to its tokens (one prefill step or a round of decode steps), and return the
-        sequences that finished. With `scheduler.overlap_rounds`, the decode round after it is launched
-        before its tokens are read: the host's work between rounds then overlaps the device's."""
+        sequences that finished. This is the one place that overlaps rounds: with
+        `scheduler.overlap_rounds`, the decode round after the current one is launched before the current
+        one's tokens are read, so that the host's work between rounds overlaps the device's. The next
+        round's first step reads the current round's last tokens from the device's token table, as every
+        decode step does."""
         start = time.perf_counter()
         current, self.in_flight = self.in_flight, None
         if current is None:
             batch = self.scheduler.schedule()
             if not batch.seqs:
                 raise RuntimeError("scheduler found nothing to run although requests are pending")
-            current = self._launch(batch)
+            current = self.launch(batch)
         if self.config.scheduler.overlap_rounds:
             following = self.scheduler.schedule_next_round(current.batch)
             if following is not None:
-                self.in_flight = self._launch(following, after=current)
+                self.in_flight = self.launch(following)
         generated_before = self.scheduler.num_generated_tokens
-        finished = self.scheduler.postprocess(current.batch, self.model_runner.collect(current))
+        finished = self.scheduler.postprocess(current.batch, current.sampled_tokens())
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
@@ -133,10 +177,23 @@ class LLMEngine:
             self.decode_seconds += elapsed
         return finished
 
-    def _launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
-        launched = self.model_runner.launch(batch, after)
+    def launch(self, batch: ScheduledBatch) -> LaunchedBatch:
+        """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
+        nothing here waits for the device."""
+        steps = self.inputs.build(batch)
+        seqs = batch.sampled_seqs
+        sampling = self.sampler.prepare(
+            [seq.sampling_params for seq in seqs],
+            [seq.generator for seq in seqs],
+            self.device,
+            num_rows=steps[0].num_logits,
+            num_steps=None if batch.is_prefill else batch.num_new_tokens,
+        )
+        tokens = self.model_runner.execute(
+            steps, lambda logits, step: self.sampler.sample(logits, sampling, step)
+        )
         self.scheduler.launched(batch)
-        return launched
+        return LaunchedBatch(batch, tokens)
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
@@ -144,10 +201,7 @@ class LLMEngine:
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""
         self.in_flight = None  # its work on the device ends before any later batch's begins
-        for seq in list(self.scheduler.running):
-            self.block_manager.free(seq)
-        self.scheduler.running.clear()
-        self.scheduler.waiting.clear()
+        self.scheduler.abort_all()
 
     def generate(
         self,
@@ -182,7 +236,7 @@ class LLMEngine:
         start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
 
         def rate(tokens: int, seconds: float) -> str:
-            return f"{tokens / max(seconds, 1e-9):.0f}tok/s"
+            return f"{tokens_per_second(tokens, seconds):.0f}tok/s"
 
         with progress:
             while not self.is_finished():
@@ -203,10 +257,8 @@ class LLMEngine:
             "decode_tokens": self.num_decode_tokens,
             "prefill_s": self.prefill_seconds,
             "decode_s": self.decode_seconds,
-            "prefill_tok_per_s": self.num_prefill_tokens / self.prefill_seconds
-            if self.prefill_seconds
-            else 0.0,
-            "decode_tok_per_s": self.num_decode_tokens / self.decode_seconds if self.decode_seconds else 0.0,
+            "prefill_tok_per_s": tokens_per_second(self.num_prefill_tokens, self.prefill_seconds),
+            "decode_tok_per_s": tokens_per_second(self.num_decode_tokens, self.decode_seconds),
             **self.startup_timings,
         }
 

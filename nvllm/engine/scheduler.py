@@ -17,9 +17,6 @@ class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     is_prefill: bool = True
-    # launched while the decode round before it runs: step 0's input ids are that round's last sampled
-    # tokens, still on the device
-    follows_in_flight: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -35,7 +32,7 @@ class ScheduledBatch:
         return [
             seq
             for seq, num_new in zip(self.seqs, self.num_new_tokens)
-            if not self.is_prefill or seq.num_computed_tokens + num_new == len(seq)
+            if not self.is_prefill or seq.computed_len + num_new == seq.host_len
         ]
 
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
@@ -53,6 +50,8 @@ class Scheduler:
         self.eos_token_id = eos_token_id
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the newest is preempted first
+        # rows of the device's token table (see StepInputs.token_rows), one per running sequence
+        self.free_token_rows = list(range(config.max_num_seqs))
         self.num_preemptions = 0
         self.num_generated_tokens = 0  # sampled tokens kept (those sampled after a stop are not)
 
@@ -69,24 +68,32 @@ class Scheduler:
     def _schedule_prefill(self) -> ScheduledBatch:
         batch, budget = ScheduledBatch(is_prefill=True), self.config.max_num_batched_tokens
         for seq in self.running:  # prompts chunked in an earlier step go on first
-            if seq.num_uncomputed_tokens > 1 and budget > 0:
-                num_tokens = min(seq.num_uncomputed_tokens, budget)
+            if seq.num_uncomputed_tokens > 1 and (num_tokens := self._prefill_chunk(seq, budget)):
                 batch.add(seq, num_tokens)
                 budget -= num_tokens
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget >= 2 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            if not self.config.chunked_prefill and batch.seqs and len(seq) > budget:
+            if not self.config.chunked_prefill and batch.seqs and seq.host_len > budget:
                 break
             if not self.block_manager.can_allocate(seq):
                 break
             self.block_manager.allocate(seq)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
+            seq.token_row = self.free_token_rows.pop()
             self.running.append(seq)
-            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            num_tokens = self._prefill_chunk(seq, budget)
             batch.add(seq, num_tokens)
             budget -= num_tokens
         return batch
+
+    @staticmethod
+    def _prefill_chunk(seq: Sequence, budget: int) -> int:
+        """How many of the sequence's uncomputed tokens a prefill step with `budget` tokens left takes: all
+        that fit, but never all but one. The one left would go to a decode step, which takes a sequence's
+        newest token from the device's token table, where only sampled tokens are."""
+        num_tokens = min(seq.num_uncomputed_tokens, budget)
+        return num_tokens - 1 if seq.num_uncomputed_tokens - num_tokens == 1 else num_tokens
 
     def _schedule_decode(self) -> ScheduledBatch:
         batch = ScheduledBatch(is_prefill=False)
@@ -116,15 +123,17 @@ class Scheduler:
             return None
         plan = []
         for seq in self.running:
-            if seq.num_pending_tokens == 0:
+            if seq.num_in_flight_tokens == 0:
                 return None
             if self._tokens_left(seq) > 0 and len(plan) < self.config.max_num_batched_tokens:
                 plan.append((seq, self._num_decode_steps(seq)))
         manager = self.block_manager
-        new_blocks = sum(manager.blocks_for(len(s) + steps - 1) - len(s.block_table) for s, steps in plan)
-        if not plan or new_blocks > manager.num_free_blocks:
+        if (
+            not plan
+            or sum(manager.num_new_blocks(seq, steps) for seq, steps in plan) > manager.num_free_blocks
+        ):
             return None
-        batch = ScheduledBatch(is_prefill=False, follows_in_flight=True)
+        batch = ScheduledBatch(is_prefill=False)
         for seq, num_steps in plan:
             manager.append_slots(seq, num_steps)
             batch.add(seq, num_steps)
@@ -139,31 +148,29 @@ class Scheduler:
         )
 
     def launched(self, batch: ScheduledBatch) -> None:
-        """The device now computes `batch`: a decode round's tokens are pending until `postprocess`."""
+        """The device now computes `batch`: a decode round's tokens are on the device until `postprocess`."""
         if batch.is_prefill:
             return
         for seq, num_steps in zip(batch.seqs, batch.num_new_tokens):
-            seq.num_pending_tokens += num_steps
-            seq.num_computed_tokens = len(seq) - 1  # once the round has run
+            seq.num_in_flight_tokens += num_steps
 
     def _num_decode_steps(self, seq: Sequence) -> int:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
         blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
-        room = (len(seq.block_table) + self.block_manager.num_free_blocks) * self.block_manager.block_size
-        return max(1, min(self.config.num_decode_steps, self._tokens_left(seq), room - len(seq) + 1))
+        room = self.block_manager.max_decode_steps(seq)
+        return max(1, min(self.config.num_decode_steps, self._tokens_left(seq), room))
 
     def _tokens_left(self, seq: Sequence, length: int | None = None) -> int:
         """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it, once it is
-        `length` tokens long (default: its length with the pending tokens)."""
-        length = len(seq) if length is None else length
+        `length` tokens long (default: its length on the device)."""
+        length = seq.device_len if length is None else length
         num_completion_tokens = length - seq.num_prompt_tokens
         return min(seq.sampling_params.max_tokens - num_completion_tokens, self.config.max_model_len - length)
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
-        self.running.remove(seq)
-        self.block_manager.free(seq)
-        seq.num_computed_tokens = 0
+        self._release(seq)
+        seq.computed_len = 0
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
@@ -176,7 +183,7 @@ class Scheduler:
         finished, sampled = [], iter(sampled_token_ids)
         for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
             if batch.is_prefill and seq.num_uncomputed_tokens > num_tokens:
-                seq.num_computed_tokens += num_tokens  # a chunk of a longer prompt: nothing sampled yet
+                seq.computed_len += num_tokens  # a chunk of a longer prompt: nothing sampled yet
                 self.block_manager.register_computed_blocks(seq)
                 continue
             new_tokens = next(sampled)
@@ -184,21 +191,32 @@ class Scheduler:
                 continue
             if not batch.is_prefill:
                 new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
-                seq.num_pending_tokens -= num_tokens
+                seq.num_in_flight_tokens -= num_tokens
             # tokens after a stop are discarded
-            kept, stopped = self._take_until_stop(seq, new_tokens, len(seq.token_ids))
+            kept, stopped = self._take_until_stop(seq, new_tokens, seq.host_len)
             seq.token_ids.extend(new_tokens[:kept])
             self.num_generated_tokens += kept
-            if stopped:
-                seq.num_pending_tokens = 0  # a round launched after this one computes nothing it keeps
-            seq.num_computed_tokens = len(seq) - 1  # every token but the newest has (or gets) its KV
+            seq.computed_len = seq.host_len - 1  # the newest token's K/V is written by the step it feeds
             self.block_manager.register_computed_blocks(seq)
             if stopped:
+                seq.num_in_flight_tokens = 0  # a round launched after this one computes nothing it keeps
                 seq.status = SequenceStatus.FINISHED
-                self.block_manager.free(seq)
-                self.running.remove(seq)
+                self._release(seq)
                 finished.append(seq)
         return finished
+
+    def _release(self, seq: Sequence) -> None:
+        """Take `seq` out of the running ones: its KV blocks and its token-table row go back."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        self.free_token_rows.append(seq.token_row)
+        seq.token_row = None
+
+    def abort_all(self) -> None:
+        """Drop every request (after an error: the engine stays usable)."""
+        for seq in list(self.running):
+            self._release(seq)
+        self.waiting.clear()
 
     def _take_until_stop(self, seq: Sequence, new_tokens: list[int], length: int) -> tuple[int, bool]:
         """How many of `new_tokens`, sampled after the sequence's first `length` tokens, it takes (up to

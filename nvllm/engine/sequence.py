@@ -15,7 +15,12 @@ class SequenceStatus(Enum):
 
 
 class Sequence:
-    """One request: its tokens, how many of them have KV in the cache, and the blocks that hold it."""
+    """One request: its tokens and where they are. Lengths, by where the tokens are:
+    - `host_len`: tokens the host has (`token_ids`);
+    - `device_len`: tokens the device has or will have once the launched rounds have run (the host's,
+      plus the ones those rounds sample: their positions, KV slots and token limits are planned with them);
+    - `computed_len`: leading tokens whose K/V finished steps wrote into the cache (cache hits included);
+    - `cached_len`: of those, the ones the prefix cache held at admission."""
 
     _ids = itertools.count()
 
@@ -24,25 +29,29 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.token_ids = list(token_ids)
         self.num_prompt_tokens = len(token_ids)
-        self.num_computed_tokens = 0  # tokens whose K/V are in the cache (cache hits included)
-        self.num_cached_tokens = 0  # of those, how many came from the prefix cache at admission
+        self.computed_len = 0
+        self.cached_len = 0
+        self.num_in_flight_tokens = 0  # sampled by launched decode rounds, not yet read back
         self.block_table: list[int] = []
         self.num_registered_blocks = 0  # leading blocks already published to the prefix cache
-        # Tokens of decode rounds launched but not yet read back: they count in the length (positions, KV
-        # slots and limits are planned with them) but are not in `token_ids` until the host has them.
-        self.num_pending_tokens = 0
+        self.token_row: int | None = None  # its row of the device's token table while running
         self.sampling_params = sampling_params
         self.generator: torch.Generator | None = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed)
 
-    def __len__(self) -> int:
-        return len(self.token_ids) + self.num_pending_tokens
+    @property
+    def host_len(self) -> int:
+        return len(self.token_ids)
 
     @property
-    def last_token(self) -> int:
-        """The newest token the host has (with tokens pending, the newest is still on the device)."""
-        return self.token_ids[-1]
+    def device_len(self) -> int:
+        return len(self.token_ids) + self.num_in_flight_tokens
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        """1 while decoding (the newest sampled token); more while (re)filling the cache with a prompt."""
+        return self.host_len - self.computed_len
 
     @property
     def num_completion_tokens(self) -> int:
@@ -51,11 +60,6 @@ class Sequence:
     @property
     def completion_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
-
-    @property
-    def num_uncomputed_tokens(self) -> int:
-        """1 while decoding (the last sampled token); more while (re)filling the cache with a prompt."""
-        return len(self) - self.num_computed_tokens
 
     @property
     def is_finished(self) -> bool:

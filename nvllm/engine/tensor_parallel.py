@@ -1,13 +1,13 @@
 """Tensor parallelism over processes: rank 0 is the caller's process (it schedules and samples); ranks
 1..N-1 are spawned workers, each with its own model shard and KV cache, that run every step rank 0 runs.
 
-Rank 0 builds a batch's inputs once and broadcasts them through shared memory (`ShmBroadcast`): a prefill
-step, or a whole decode round, whose later steps take their input ids from a torch.distributed broadcast
-of the tokens rank 0 samples (on the device with NCCL) — its first step too when the round was launched
-while the one before it ran (`scheduler.overlap_rounds`). The model's collectives (NCCL on CUDA, gloo on the
-CPU) keep the ranks in lockstep. A worker that
-raises leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for
-the workers, or when its own collective fails, and raises an error that names the worker.
+Every rank runs `ModelRunner.execute` on the same batches, with a broadcaster that differs by rank: rank 0's
+sends a batch's inputs (a prefill step, or a whole decode round) through shared memory (`ShmBroadcast`),
+and the workers' receive them; the tokens rank 0 samples after each step reach the others by a
+torch.distributed broadcast (on the device with NCCL), and every rank writes them into its own token table.
+The model's collectives (NCCL on CUDA, gloo on the CPU) keep the ranks in lockstep. A worker that raises
+leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for the
+workers, or when its own collective fails, and raises an error that names the worker.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import signal
 import sys
 import traceback
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from multiprocessing.connection import wait as wait_for_exit
 from typing import Any, NoReturn
 
@@ -31,8 +29,8 @@ import torch.distributed as dist
 
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, tcp_store
-from nvllm.engine.model_runner import LaunchedBatch, ModelRunner
-from nvllm.engine.scheduler import ScheduledBatch
+from nvllm.engine.block_manager import blocks_for
+from nvllm.engine.model_runner import ModelRunner, Sample
 from nvllm.engine.shm_channel import ShmBroadcast, ShmReader
 from nvllm.engine.step_inputs import StepInputs
 
@@ -47,10 +45,10 @@ def message_capacity(config: EngineConfig) -> int:
     room for pickling."""
     scheduler = config.scheduler
     seqs = max(scheduler.max_num_seqs, 2)
-    blocks_per_seq = -(-scheduler.max_model_len // config.cache.block_size)
+    blocks_per_seq = blocks_for(scheduler.max_model_len, config.cache.block_size)
 
     def step_bytes(num_tokens: int) -> int:
-        return 4 * (4 * num_tokens + 2 * seqs + 1 + seqs * blocks_per_seq)
+        return 4 * (4 * num_tokens + 5 * seqs + 1 + seqs * blocks_per_seq)
 
     prefill = step_bytes(max(scheduler.max_num_batched_tokens, 2))
     decode_round = scheduler.num_decode_steps * step_bytes(seqs)
@@ -64,8 +62,7 @@ def pack_inputs(inputs: StepInputs, num_block_columns: int) -> dict[str, Any]:
     for field in dataclasses.fields(inputs):
         value = getattr(inputs, field.name)
         is_tensor = isinstance(value, torch.Tensor)
-        # a decode round's later steps take their tokens from the device (read here: one sync a step)
-        fields[field.name] = (value.cpu().numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
+        fields[field.name] = (value.numpy().astype(np.int32), str(value.dtype)) if is_tensor else value
     block_tables, dtype = fields["block_tables"]
     fields["block_tables"] = (block_tables[:, :num_block_columns], dtype, block_tables.shape[1])
     return fields
@@ -111,8 +108,44 @@ def _worker_main(
         os._exit(exit_code)
 
 
+class ShutdownRequested(Exception):
+    """Rank 0 told the workers to stop."""
+
+
+class _GroupBroadcaster:
+    """A step's sampled tokens, from rank 0 to every rank (in place: the workers pass a buffer)."""
+
+    def tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        dist.broadcast(tokens, src=0)  # on the device with NCCL: the host does not wait for it
+        return tokens
+
+
+class Rank0Broadcaster(_GroupBroadcaster):
+    def __init__(self, workers: _Workers):
+        self.workers = workers
+
+    def steps(self, steps: list[StepInputs] | None) -> list[StepInputs]:
+        """All of a batch's steps in one message."""
+        # one width for every step: the steps of a round share one block table (the last step's reach)
+        longest = max(int(step.seqlens_k.max()) for step in steps)
+        columns = blocks_for(longest, self.workers.config.cache.block_size)
+        self.workers.broadcast([pack_inputs(step, columns) for step in steps])
+        return steps
+
+
+class WorkerBroadcaster(_GroupBroadcaster):
+    def __init__(self, reader: ShmReader, check_parent):
+        self.reader, self.check_parent = reader, check_parent
+
+    def steps(self, steps: list[StepInputs] | None) -> list[StepInputs]:
+        message = self.reader.receive(self.check_parent)
+        if message == SHUTDOWN:
+            raise ShutdownRequested
+        return [unpack_inputs(fields) for fields in message]
+
+
 def _serve(config: EngineConfig, rank: int, store_port: int, reader: ShmReader) -> None:
-    """Build this rank's shard, then run every step rank 0 broadcasts, until told to stop."""
+    """Build this rank's shard, then run every batch rank 0 broadcasts, until told to stop."""
     parent = multiprocessing.parent_process()
 
     def check_parent() -> None:
@@ -121,18 +154,12 @@ def _serve(config: EngineConfig, rank: int, store_port: int, reader: ShmReader) 
 
     store = tcp_store(store_port, config.parallel.tensor_parallel_size)
     store.set(f"joining/{rank}", "1")
-    runner = ModelRunner(config, rank, store)
-
-    def input_ids_from_rank0(num_rows: int) -> torch.Tensor:
-        input_ids = torch.empty(num_rows, dtype=torch.int64, device=runner.device)
-        dist.broadcast(input_ids, src=0)
-        return input_ids
-
+    runner = ModelRunner(config, rank, WorkerBroadcaster(reader, check_parent), store)
     try:
-        while (message := reader.receive(check_parent)) != SHUTDOWN:
-            steps = [unpack_inputs(fields) for fields in message]
-            for _ in runner.forward_steps(steps, input_ids_from_rank0):
-                pass  # the logits are rank 0's to sample
+        while True:
+            runner.execute(None)  # the tokens are rank 0's to sample
+    except ShutdownRequested:
+        pass
     finally:
         runner.shutdown()
 
@@ -225,8 +252,9 @@ class _Workers:
         self.processes, self.store = [], None
 
 
-class TensorParallelRunner(ModelRunner):
-    """Rank 0's model runner (its own shard, plus scheduling's sampling) driving the worker ranks."""
+class TensorParallelRunner:
+    """Rank 0's model runner (its own shard) driving the worker ranks: what the engine calls instead of a
+    `ModelRunner` when `parallel.tensor_parallel_size > 1`. Any failure stops every rank."""
 
     def __init__(self, config: EngineConfig):
         # checked before anything starts, so that whatever group exists when this runner stops is its own
@@ -240,9 +268,15 @@ class TensorParallelRunner(ModelRunner):
         self._finalizer = weakref.finalize(self, self.workers.stop)
         try:
             self.workers.start()
-            super().__init__(config, 0, self.workers.store)
+            self.runner = ModelRunner(config, 0, Rank0Broadcaster(self.workers), self.workers.store)
         except BaseException as error:
             self._stop_after(error)
+        self.device, self.backend, self.num_blocks = (
+            self.runner.device,
+            self.runner.backend,
+            self.runner.num_blocks,
+        )
+        self.timings = self.runner.timings
 
     @property
     def shm_name(self) -> str:
@@ -252,42 +286,15 @@ class TensorParallelRunner(ModelRunner):
     def worker_pids(self) -> list[int]:
         return [process.pid for process in self.workers.processes]
 
-    @contextmanager
-    def _all_ranks_or_none(self) -> Iterator[None]:
-        """Any failure while the ranks run a step ends every rank: after a half-run step the ranks'
-        collectives can no longer be matched up."""
+    def execute(self, steps: list[StepInputs], sample: Sample) -> torch.Tensor:
+        """`ModelRunner.execute` on every rank. After a half-run batch the ranks' collectives can no longer
+        be matched up: any failure ends every rank."""
         if not self.workers.healthy:
             raise RuntimeError("the tensor-parallel workers were stopped after an error: create a new engine")
         try:
-            yield
+            return self.runner.execute(steps, sample)
         except BaseException as error:
             self._stop_after(error)
-
-    def launch(self, batch: ScheduledBatch, after: LaunchedBatch | None = None) -> LaunchedBatch:
-        with self._all_ranks_or_none():
-            return super().launch(batch, after)
-
-    def collect(self, launched: LaunchedBatch) -> list[list[int]]:
-        with self._all_ranks_or_none():
-            return super().collect(launched)
-
-    def execute(self, inputs: StepInputs) -> torch.Tensor:
-        """One step outside `run` (tests read its logits): broadcast, then run rank 0's share."""
-        with self._all_ranks_or_none():
-            self.dispatch([inputs])
-            return super().execute(inputs)
-
-    def dispatch(self, steps: list[StepInputs]) -> None:
-        """All of a batch's steps in one message: a decode round's later steps carry no input ids, which
-        `share_input_ids` sends once they are sampled."""
-        # one width for every step: the steps of a round share one block table (the last step's reach)
-        longest = max(int(step.seqlens_k.max()) for step in steps)
-        columns = -(-longest // self.block_size)
-        self.workers.broadcast([pack_inputs(step, columns) for step in steps])
-
-    def share_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(input_ids, src=0)  # on the device with NCCL: the host does not wait for it
-        return input_ids
 
     def _stop_after(self, error: BaseException) -> NoReturn:
         failure = self.workers.failure(error)
@@ -298,4 +305,5 @@ class TensorParallelRunner(ModelRunner):
 
     def shutdown(self) -> None:
         self._finalizer()
-        super().shutdown()
+        if getattr(self, "runner", None) is not None:
+            self.runner.shutdown()

@@ -1,23 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 import nvllm.ops  # noqa: F401  (registers torch.ops.nvllm.*)
-
-
-@dataclass
-class AttentionMetadata:
-    """Where a step's tokens go in the paged KV cache and what each one attends to (see nvllm::attention)."""
-
-    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 for padding
-    cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32
-    seqlens_k: torch.Tensor  # [num_seqs] int32: cached + new tokens of each sequence
-    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32
-    max_seqlen_q: int
-    max_seqlen_k: int
+from nvllm.attention.backend import AttentionMetadata
 
 
 class Attention(nn.Module):
@@ -51,6 +38,7 @@ class Attention(nn.Module):
             meta.block_tables,
             meta.max_seqlen_q,
             meta.max_seqlen_k,
+            meta.decode_kv_splits,
             self.scale,
             self.backend,
         )

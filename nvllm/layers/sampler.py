@@ -69,6 +69,7 @@ class Sampler:
 
     def __init__(self, compiled: bool = False):
         # rows are padded to at least 2 by the caller, so one dynamic graph of each serves every batch size
+        self.compiled = compiled
         self._race, self._race_in_chunks = race, race_in_chunks
         if compiled:
             self._race = torch.compile(race, fullgraph=True, dynamic=True)
@@ -124,6 +125,12 @@ class Sampler:
             )
         scores = self._filter_top_k_top_p(logits.float() * batch.inv_temperatures.unsqueeze(1), batch)
         return race(scores, torch.ones_like(batch.inv_temperatures), batch.noise_scales, noise)
+
+    def warm_up(self, vocab_size: int, device: torch.device | str) -> None:
+        """Compile both of the race's graphs now (at start-up) rather than on a first sampled batch."""
+        for num_rows in (2, self.CHUNKED_MAX_ROWS + 1):
+            logits = torch.zeros(num_rows, vocab_size, device=device)
+            self.sample(logits, self.prepare([SamplingParams()] * num_rows, [None] * num_rows, device))
 
     def __call__(
         self, logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]

@@ -10,12 +10,8 @@ KV cache layout, per layer: `[num_blocks, block_size, num_kv_heads, head_dim]` f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 
-from nvllm.config import FLASH_ATTN_BLOCK_MULTIPLE
 from nvllm.ops import torch_attention
 
 
@@ -23,57 +19,6 @@ def _flash_attention_module():
     from nvllm.ops import flash_attention  # imports flash_attn: only where that is installed
 
     return flash_attention
-
-
-def flash_attn_available() -> bool:
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def available_backends() -> list[str]:
-    return ["flash_attn", "torch"] if flash_attn_available() else ["torch"]
-
-
-def resolve_backend(requested: str, device: str, block_size: int) -> str:
-    """`auto` is flash-attn on CUDA when it is importable, else the torch reference."""
-    backend = requested
-    if requested == "auto":
-        backend = "flash_attn" if device.startswith("cuda") and flash_attn_available() else "torch"
-    if backend == "flash_attn" and not (device.startswith("cuda") and flash_attn_available()):
-        raise ValueError(
-            f"attention.backend=flash_attn needs CUDA and the flash-attn package (device={device})"
-        )
-    if backend == "flash_attn" and block_size % FLASH_ATTN_BLOCK_MULTIPLE:
-        raise ValueError(
-            f"cache.block_size={block_size} cannot be served by the flash_attn backend (attention.backend="
-            f"{requested}): paged flash-attn needs a multiple of {FLASH_ATTN_BLOCK_MULTIPLE}; "
-            "use attention.backend=torch for other sizes"
-        )
-    return backend
-
-
-# How many parts the flash-attn backend splits each sequence's KV into in decode (`num_splits` of
-# `flash_attn_with_kvcache`): 0 lets flash-attn choose; it splits to fill the GPU, which then takes a second
-# (combine) kernel. Read when the op runs, so a CUDA graph keeps the value it was recorded with (see
-# `DecodeGraphs`); the torch backend has nothing to split.
-_decode_num_splits = 0
-
-
-@contextmanager
-def decode_kv_splits(num_splits: int) -> Iterator[None]:
-    global _decode_num_splits
-    previous, _decode_num_splits = _decode_num_splits, num_splits
-    try:
-        yield
-    finally:
-        _decode_num_splits = previous
-
-
-def current_decode_kv_splits() -> int:
-    return _decode_num_splits
 
 
 def _implementation(backend: str):
@@ -114,6 +59,7 @@ def attention(
     block_tables: torch.Tensor,
     max_seqlen_q: int,
     max_seqlen_k: int,
+    decode_kv_splits: torch.Tensor,
     scale: float,
     backend: str,
 ) -> torch.Tensor:
@@ -121,18 +67,37 @@ def attention(
 
     Sequence i owns queries `cu_seqlens_q[i]:cu_seqlens_q[i+1]`, the last ones of its `seqlens_k[i]` tokens
     (whose K/V, the new ones included, are already in the cache): a prefill, a chunk after a cached
-    prefix, and a decode step are the same call. As many query rows as sequences means one query each
-    (the step builders pad so: a decode step, or a prefill of one new token per sequence), which a
-    backend may serve with a decode kernel; the shapes tell it, not `max_seqlen_q`, an upper bound kept at
-    2 or more so that one compiled graph serves prefill and decode.
+    prefix, and a decode step are the same call. The shapes tell a decode batch (see
+    `nvllm.attention.one_query_per_sequence`), not `max_seqlen_q`, an upper bound kept at 2 or more so that
+    one compiled graph serves prefill and decode; `decode_kv_splits` (a 0-d host tensor) is how many parts
+    a decode kernel splits each sequence's KV into (0: its own choice).
     """
     return _implementation(backend).attention(
-        query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+        query,
+        k_cache,
+        v_cache,
+        cu_seqlens_q,
+        seqlens_k,
+        block_tables,
+        max_seqlen_q,
+        max_seqlen_k,
+        int(decode_kv_splits),
+        scale,
     )
 
 
 @attention.register_fake
 def _(
-    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale, backend
+    query,
+    k_cache,
+    v_cache,
+    cu_seqlens_q,
+    seqlens_k,
+    block_tables,
+    max_seqlen_q,
+    max_seqlen_k,
+    decode_kv_splits,
+    scale,
+    backend,
 ):
     return query.new_empty(query.shape)  # contiguous (both backends return that), whatever the query's layout

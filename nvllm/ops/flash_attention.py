@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
-from nvllm.ops import attention_ops
+from nvllm.attention.backend import one_query_per_sequence
 
 
 @triton.jit
@@ -58,9 +58,18 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
 
 
 def attention(
-    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    query,
+    k_cache,
+    v_cache,
+    cu_seqlens_q,
+    seqlens_k,
+    block_tables,
+    max_seqlen_q,
+    max_seqlen_k,
+    decode_kv_splits,
+    scale,
 ):
-    if query.shape[0] == seqlens_k.shape[0]:  # one query per sequence (see nvllm::attention): decode
+    if one_query_per_sequence(query.shape[0], seqlens_k.shape[0]):
         out = flash_attn_with_kvcache(
             query.unsqueeze(1),
             k_cache,
@@ -69,7 +78,7 @@ def attention(
             block_table=block_tables,
             softmax_scale=scale,
             causal=True,
-            num_splits=attention_ops.current_decode_kv_splits(),
+            num_splits=decode_kv_splits,
         )
         return out.squeeze(1)
     cu_seqlens_k = F.pad(seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))

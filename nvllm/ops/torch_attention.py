@@ -18,8 +18,18 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
 
 
 def attention(
-    query, k_cache, v_cache, cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    query,
+    k_cache,
+    v_cache,
+    cu_seqlens_q,
+    seqlens_k,
+    block_tables,
+    max_seqlen_q,
+    max_seqlen_k,
+    decode_kv_splits,
+    scale,
 ):
+    """The causal attention of `nvllm::attention`, one sequence at a time (nothing to split)."""
     out = query.new_zeros(query.shape)  # contiguous whatever the query's layout, as the op promises
     block_size = k_cache.shape[1]
     starts = cu_seqlens_q.tolist()

@@ -1,0 +1,94 @@
+"""What every attention backend shares: the metadata its ops take, the padding rule and the decode test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from nvllm.transfer import to_device
+
+if TYPE_CHECKING:
+    from nvllm.engine.step_inputs import StepInputs
+
+# The padding rule: no size or bound the compiled model takes is ever below 2. Dynamo specialises a
+# dimension or int of 1 (a decode batch of one, one query per sequence), which would compile the model
+# again; padded, one graph serves prefill and decode of every size.
+MIN_SIZE = 2
+
+
+def padded_size(size: int) -> int:
+    return max(size, MIN_SIZE)
+
+
+def one_query_per_sequence(num_query_rows: int, num_seqs: int) -> bool:
+    """The decode test: a batch with as many query rows as sequences holds one query per sequence, which a
+    backend may serve with a decode kernel. Step inputs are padded so that no other batch looks so."""
+    return num_query_rows == num_seqs
+
+
+@dataclass
+class AttentionMetadata:
+    """Where a step's tokens go in the paged KV cache and what each one attends to (see nvllm::attention)."""
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64, -1 for padding
+    cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32
+    seqlens_k: torch.Tensor  # [num_seqs] int32: cached + new tokens of each sequence
+    block_tables: torch.Tensor  # [num_seqs, block_table_width] int32
+    max_seqlen_q: int  # an upper bound, at least MIN_SIZE
+    max_seqlen_k: int
+    # 0-d int32 on the host: how many parts a decode step splits each sequence's KV into (0: the kernel
+    # picks). An input, not a constant, so that one compiled graph serves every choice.
+    decode_kv_splits: torch.Tensor
+
+
+class AttentionBackend:
+    """One backend's rules. `name` is what the custom ops dispatch on."""
+
+    name: ClassVar[str]
+    requirement: ClassVar[str]  # what `can_run` needs, for the error when it cannot
+    block_size_multiple: ClassVar[int] = 1  # the KV block sizes its kernels can page through
+
+    def __init__(self, block_size: int, max_model_len: int):
+        self.check_block_size(block_size)
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        # one more (never read) column when a sequence fits one block: no graph of its own for width 1
+        self.block_table_width = padded_size(self.max_blocks_per_seq)
+
+    @classmethod
+    def can_run(cls, device: str) -> bool:
+        return True
+
+    @classmethod
+    def check_block_size(cls, block_size: int) -> None:
+        if block_size % cls.block_size_multiple:
+            raise ValueError(
+                f"cache.block_size={block_size} cannot be served by the {cls.name} backend: its kernels page "
+                f"the KV cache in multiples of {cls.block_size_multiple} tokens; use attention.backend=torch "
+                "for other sizes"
+            )
+
+    def decode_kv_splits(self, batch_size: int, longest_context: int) -> int:
+        """KV splits of a decode step (0: the kernel's own choice)."""
+        return 0
+
+    def metadata(self, inputs: StepInputs, device: torch.device | str) -> AttentionMetadata:
+        """The step's attention metadata on `device` (inputs already there are used as they are)."""
+        return AttentionMetadata(
+            slot_mapping=to_device(inputs.slot_mapping, device),
+            cu_seqlens_q=to_device(inputs.cu_seqlens_q, device),
+            seqlens_k=to_device(inputs.seqlens_k, device),
+            block_tables=to_device(inputs.block_tables, device),
+            max_seqlen_q=inputs.max_seqlen_q,
+            max_seqlen_k=inputs.max_seqlen_k,
+            decode_kv_splits=self.kv_splits_tensor(inputs),
+        )
+
+    def kv_splits_tensor(self, inputs: StepInputs) -> torch.Tensor:
+        splits = 0
+        if not inputs.is_prefill:
+            splits = self.decode_kv_splits(inputs.seqlens_k.shape[0], inputs.longest_context)
+        return torch.tensor(splits, dtype=torch.int32)

@@ -1,0 +1,10 @@
+"""The pure-PyTorch backend: runs on any device, any block size; the oracle in tests."""
+
+from __future__ import annotations
+
+from nvllm.attention.backend import AttentionBackend
+
+
+class TorchBackend(AttentionBackend):
+    name = "torch"
+    requirement = "nothing"

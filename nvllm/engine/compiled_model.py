@@ -1,0 +1,46 @@
+"""The model under one `torch.compile(fullgraph=True, dynamic=True)`: a single graph serves prefill and decode
+(a decode step is a batch of one-token sequences, and every size the graph takes is padded past 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import torch
+import torch._dynamo.config
+import torch.fx.experimental._config
+from torch import nn
+
+
+@contextmanager
+def compile_settings() -> Iterator[None]:
+    """The torch settings the engine's graphs are traced with, in force only while the compiled model runs
+    (where dynamo traces or recompiles), so that code around the engine sees torch's own."""
+    with ExitStack() as stack:
+        # Sizes that happen to be equal at trace time (tokens = head_dim, say) would otherwise be assumed
+        # equal forever, and every batch that breaks the coincidence would compile again.
+        stack.enter_context(torch.fx.experimental._config.patch(use_duck_shape=False))
+        # Python floats (norm eps, attention scale) as constants. Left symbolic under dynamic=True, each one
+        # makes inductor's scalar pass restart the analysis: every compile would trace the model twice.
+        stack.enter_context(torch._dynamo.config.patch(specialize_float=True))
+        yield
+
+
+class CompiledModel:
+    """Call it as the model. Once `trust_decode_guards` is set (every decode shape has run), decode calls
+    skip dynamo's guard checks: with a single dynamic-shape entry they can only pass, and checking them costs
+    host time on every step."""
+
+    def __init__(self, model: nn.Module):
+        def forward(*args):
+            return model(*args)
+
+        self._compiled = torch.compile(forward, fullgraph=True, dynamic=True)
+        self.trust_decode_guards = False
+
+    def __call__(self, *args, is_prefill: bool) -> torch.Tensor:
+        with compile_settings():
+            if is_prefill or not self.trust_decode_guards:
+                return self._compiled(*args)
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                return self._compiled(*args)
