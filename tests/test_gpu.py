@@ -1,11 +1,12 @@
 """The CUDA path on a real GPU: flash-attn backend, torch.compile with CUDA graphs, HF parity (bf16)."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch._dynamo.utils
 
 from nvllm import LLM, SamplingParams
-from nvllm.config import SchedulerConfig
 from tests.checkpoints import write_checkpoint
 
 pytestmark = pytest.mark.gpu
@@ -56,13 +57,13 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
     GPU (only the attention kernels differ) and against transformers in fp32 (measured on the CPU for this
     checkpoint: our bf16 is 3-5% relative L2 from fp32, max error ~0.2 on logits of std 1). Generated
     tokens: greedy paths of the fp32 model (bf16 rounding lets runs part at near ties)."""
-    assert compiled_engine.model_runner.backend == "flash_attn"
+    assert compiled_engine.model_runner.backend.name == "flash_attn"
     compiled = [o["token_ids"] for o in compiled_engine.generate(PROMPTS, GREEDY, use_tqdm=False)]
 
     def prefill_logits(llm):
         seqs = [llm.add_request(p, GREEDY) for p in PROMPTS]
         batch = llm.scheduler.schedule()
-        logits = llm.model_runner.execute(llm.model_runner.inputs.prefill(batch)).float()[: len(seqs)]
+        logits = llm.model_runner.forward(llm.inputs.prefill(batch)).float()[: len(seqs)]
         llm.abort_all()
         return seqs, logits
 
@@ -103,11 +104,15 @@ def test_no_recompiles_after_warmup_and_rounds_equal_single_steps(compiled_engin
     # batches as one step at a time, so the same tokens, bit for bit
     greedy = SamplingParams(max_tokens=37, temperature=0, ignore_eos=True)
     rounds = compiled_engine.generate(prompts[:8], greedy, use_tqdm=False)
-    compiled_engine.scheduler.config.num_decode_steps = 1
+    scheduler = compiled_engine.scheduler
+    rounds_config, scheduler.config = (
+        scheduler.config,
+        dataclasses.replace(scheduler.config, num_decode_steps=1),
+    )
     try:
         single_steps = compiled_engine.generate(prompts[:8], greedy, use_tqdm=False)
     finally:
-        compiled_engine.scheduler.config.num_decode_steps = SchedulerConfig().num_decode_steps
+        scheduler.config = rounds_config
     assert rounds == single_steps
     assert counters["stats"]["unique_graphs"] == graphs, "recompiled after warm-up"
     assert not counters["graph_break"], dict(counters["graph_break"])
@@ -139,45 +144,23 @@ def test_prefix_caching_and_preemption_keep_outputs(checkpoint_06b, compiled_eng
             assert_greedy_path(hf_fp32, prompt, tokens)
 
 
-def test_inductor_cuda_graphs_match_manual_graphs(checkpoint_06b, compiled_engine, hf_fp32):
-    """compile.cuda_graphs=inductor: the same compiled decode, captured by inductor's graph trees
-    (mode="reduce-overhead") instead of by hand, with no CUDA-graph skips."""
-    prompts = PROMPTS[:5] * 3  # 15 sequences: padded to a captured size of 16
-    manual = [o["token_ids"] for o in compiled_engine.generate(prompts, GREEDY, use_tqdm=False)]
-    counters = torch._dynamo.utils.counters
-    with LLM(
-        str(checkpoint_06b),
-        max_num_seqs=64,
-        max_model_len=2048,
-        gpu_memory_utilization=0.3,
-        compile__cuda_graphs="inductor",
-    ) as inductor_llm:
-        assert inductor_llm.model_runner.decode_graphs is None
-        inductor = [o["token_ids"] for o in inductor_llm.generate(prompts, GREEDY, use_tqdm=False)]
-    assert counters["inductor"]["cudagraph_skips"] == 0
-    assert [m[0] for m in manual] == [i[0] for i in inductor]  # the same compiled prefill
-    for prompt, tokens in zip(prompts, inductor):
-        assert_greedy_path(hf_fp32, prompt, tokens)
-
-
 def test_small_prefills_replay_cuda_graphs_like_the_compiled_prefill(compiled_engine, hf_fp32):
     """Prefill steps of up to compile.max_prefill_graph_tokens tokens replay a recorded graph of the same
     compiled prefill, padded to a token bucket: the logits agree with running it directly (bf16 sums may
     be ordered differently: the padded shapes can pick other GEMM and attention splits), and generation
     from single prompts stays on greedy paths."""
     runner = compiled_engine.model_runner
-    assert runner.prefill_graphs is not None
     prompts = [list(range(300 + i, 300 + i + n)) for i, n in enumerate([5, 37, 128, 300])]  # 470: bucket 512
     for prompt in prompts:
         compiled_engine.add_request(prompt, GREEDY)
-    inputs = runner.inputs.prefill(compiled_engine.scheduler.schedule())
-    assert runner.prefill_graphs.holds(inputs)
-    replayed = runner.execute(inputs).float().clone()
-    graphs, runner.prefill_graphs = runner.prefill_graphs, None
+    inputs = compiled_engine.inputs.prefill(compiled_engine.scheduler.schedule())
+    assert runner.graph_runner.can_replay(inputs)
+    replayed = runner.forward(inputs).float().clone()
+    graphs, runner.graph_runner = runner.graph_runner, None
     try:
-        direct = runner.execute(inputs).float()
+        direct = runner.forward(inputs).float()
     finally:
-        runner.prefill_graphs = graphs
+        runner.graph_runner = graphs
         compiled_engine.abort_all()
     assert replayed.shape == direct.shape == (len(prompts), direct.shape[1])
     relative_error = ((replayed - direct).norm(dim=-1) / direct.norm(dim=-1)).max().item()

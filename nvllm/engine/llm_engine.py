@@ -73,7 +73,7 @@ class LLMEngine:
         self.sampler = Sampler(compiled=config.compile.enabled and self.device.startswith("cuda"))
         if self.sampler.compiled:
             compile_start = time.perf_counter()
-            self.sampler.warm_up(config.model.vocab_size, self.device)
+            self.sampler.warm_up(config.model.vocab_size, self.model_runner.dtype, self.device)
             timings["compile_s"] += time.perf_counter() - compile_start
         self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
         self._log_startup()

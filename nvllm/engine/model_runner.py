@@ -68,6 +68,8 @@ class ModelRunner:
             config.cache.block_size, config.scheduler.max_model_len
         )
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
+        self.compiled_model: CompiledModel | None = None  # set by _compile
+        self.graph_runner: GraphRunner | None = None
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
@@ -75,8 +77,6 @@ class ModelRunner:
         # each running sequence's newest token, which the next decode step takes (see StepInputs)
         rows = token_table_rows(config.scheduler.max_num_seqs)
         self.token_table = torch.zeros(rows, dtype=torch.int64, device=self.device)
-        self.compiled_model: CompiledModel | None = None
-        self.graph_runner: GraphRunner | None = None
         if config.compile.enabled:
             self._compile()
 

@@ -126,10 +126,11 @@ class Sampler:
         scores = self._filter_top_k_top_p(logits.float() * batch.inv_temperatures.unsqueeze(1), batch)
         return race(scores, torch.ones_like(batch.inv_temperatures), batch.noise_scales, noise)
 
-    def warm_up(self, vocab_size: int, device: torch.device | str) -> None:
-        """Compile both of the race's graphs now (at start-up) rather than on a first sampled batch."""
+    def warm_up(self, vocab_size: int, dtype: torch.dtype, device: torch.device | str) -> None:
+        """Compile both of the race's graphs now (at start-up) rather than on a first sampled batch, for
+        logits of the model's dtype."""
         for num_rows in (2, self.CHUNKED_MAX_ROWS + 1):
-            logits = torch.zeros(num_rows, vocab_size, device=device)
+            logits = torch.zeros(num_rows, vocab_size, dtype=dtype, device=device)
             self.sample(logits, self.prepare([SamplingParams()] * num_rows, [None] * num_rows, device))
 
     def __call__(
