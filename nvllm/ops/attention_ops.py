@@ -10,9 +10,23 @@ KV cache layout, per layer: `[num_blocks, block_size, num_kv_heads, head_dim]` f
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from nvllm.ops import torch_attention
+
+
+class PagedBatch(NamedTuple):
+    """What each sequence's queries attend to in the paged cache: `nvllm::attention`'s arguments as its
+    implementations take them."""
+
+    cu_seqlens_q: torch.Tensor
+    seqlens_k: torch.Tensor
+    block_tables: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    decode_kv_splits: int
 
 
 def _flash_attention_module():
@@ -72,32 +86,12 @@ def attention(
     one compiled graph serves prefill and decode; `decode_kv_splits` (a 0-d host tensor) is how many parts
     a decode kernel splits each sequence's KV into (0: its own choice).
     """
-    return _implementation(backend).attention(
-        query,
-        k_cache,
-        v_cache,
-        cu_seqlens_q,
-        seqlens_k,
-        block_tables,
-        max_seqlen_q,
-        max_seqlen_k,
-        int(decode_kv_splits),
-        scale,
+    batch = PagedBatch(
+        cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, int(decode_kv_splits)
     )
+    return _implementation(backend).attention(query, k_cache, v_cache, batch, scale)
 
 
 @attention.register_fake
-def _(
-    query,
-    k_cache,
-    v_cache,
-    cu_seqlens_q,
-    seqlens_k,
-    block_tables,
-    max_seqlen_q,
-    max_seqlen_k,
-    decode_kv_splits,
-    scale,
-    backend,
-):
+def _(query, *_):
     return query.new_empty(query.shape)  # contiguous (both backends return that), whatever the query's layout

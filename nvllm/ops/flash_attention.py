@@ -12,6 +12,7 @@ import triton.language as tl
 from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 from nvllm.attention.backend import one_query_per_sequence
+from nvllm.ops.attention_ops import PagedBatch
 
 
 @triton.jit
@@ -57,40 +58,29 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     )
 
 
-def attention(
-    query,
-    k_cache,
-    v_cache,
-    cu_seqlens_q,
-    seqlens_k,
-    block_tables,
-    max_seqlen_q,
-    max_seqlen_k,
-    decode_kv_splits,
-    scale,
-):
-    if one_query_per_sequence(query.shape[0], seqlens_k.shape[0]):
+def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
+    if one_query_per_sequence(query.shape[0], batch.seqlens_k.shape[0]):
         out = flash_attn_with_kvcache(
             query.unsqueeze(1),
             k_cache,
             v_cache,
-            cache_seqlens=seqlens_k,
-            block_table=block_tables,
+            cache_seqlens=batch.seqlens_k,
+            block_table=batch.block_tables,
             softmax_scale=scale,
             causal=True,
-            num_splits=decode_kv_splits,
+            num_splits=batch.decode_kv_splits,
         )
         return out.squeeze(1)
-    cu_seqlens_k = F.pad(seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
+    cu_seqlens_k = F.pad(batch.seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
     return flash_attn_varlen_func(
         query,
         k_cache,
         v_cache,
-        cu_seqlens_q,
+        batch.cu_seqlens_q,
         cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
+        batch.max_seqlen_q,
+        batch.max_seqlen_k,
         softmax_scale=scale,
         causal=True,
-        block_table=block_tables,
+        block_table=batch.block_tables,
     )

@@ -41,8 +41,7 @@ def _(x, weight, bias=None):
 def apply_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """What the layers call: `nvllm::linear` while compiling, plain `F.linear` in eager mode. Eager launches
     every kernel from Python, so a custom op's dispatch plus a Triton launch cost more per matmul than the
-    skinny kernel saves (eager single stream of the 0.6B on the H200: 17.5 tok/s through the op, 22.9
-    without)."""
+    skinny kernel saves (experiments/results/2026-11-29-h200-session4.md)."""
     if torch.compiler.is_compiling():
         return linear(x, weight, bias)
     return F.linear(x, weight, bias)

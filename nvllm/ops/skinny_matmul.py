@@ -1,8 +1,7 @@
 """`x @ w.T` for a few rows of `x` (a small decode batch), as one Triton kernel.
 
 With 1-16 rows, a matmul only has to stream the weight once, so it should run at memory bandwidth; cuBLAS'
-kernels for some of these shapes stay well below it on the H200 (0.5 TB/s for Qwen3-0.6B's attention output
-projection at batch 2; measured: experiments/results/2026-11-29-h200-session3.md).
+kernels for some of these shapes stay well below it (experiments/results/2026-11-29-h200-session3.md).
 Here each program owns a strip of `BLOCK_N` output columns: it reads its rows of the weight once, in
 `BLOCK_K` slices, against the whole (padded) batch, on the tensor cores.
 """
@@ -53,19 +52,17 @@ def _skinny_matmul_kernel(
 
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
 
-# Per weight shape (n, k), measured on the H200 (experiments/skinny_matmul_bench.py); None where cuBLAS was
-# faster. Other shapes get DEFAULT_CONFIG.
+# Per weight shape (n, k), the fastest configuration `experiments/skinny_matmul_bench.py` found on the H200
+# (its numbers: experiments/results/2026-11-29-h200-session3.md); None where cuBLAS was faster. Other shapes
+# get DEFAULT_CONFIG.
 CONFIGS: dict[tuple[int, int], Config | None] = {
-    # Qwen3-0.6B (µs at batch 2, 8, 16 inside a CUDA graph; cuBLAS in brackets): qkv 3.8/3.9/3.8
-    # (3.7/3.7/3.7), o 5.3/5.3/5.3 (7.9/5.0/5.1), gate_up 4.1/4.1/4.3 (4.7/4.2/4.3), down 7.1 (5.8),
-    # LM head 72/74/77 (76/78/80)
+    # Qwen3-0.6B: qkv, o, gate_up, down, LM head
     (4096, 1024): None,
     (1024, 2048): (16, 256, 4, 3),
     (6144, 1024): (64, 256, 4, 3),
     (1024, 3072): None,
     (151936, 1024): (64, 256, 4, 3),
-    # Qwen3-8B: qkv 12.3 (13.9), o 9.7/9.8/9.5 (9.6/8.4/8.9), gate_up 47.5 (48.2), down 28.1 (28.8), LM head
-    # 276 (289)
+    # Qwen3-8B: qkv, o, gate_up, down, LM head
     (6144, 4096): (64, 256, 4, 4),
     (4096, 4096): None,
     (24576, 4096): (64, 128, 4, 3),

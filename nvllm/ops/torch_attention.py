@@ -6,8 +6,13 @@ cached prefix, one sequence at a time: simple to check by eye, not fast.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from nvllm.ops.attention_ops import PagedBatch
 
 
 def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
@@ -17,28 +22,17 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value[valid].to(v_cache.dtype))
 
 
-def attention(
-    query,
-    k_cache,
-    v_cache,
-    cu_seqlens_q,
-    seqlens_k,
-    block_tables,
-    max_seqlen_q,
-    max_seqlen_k,
-    decode_kv_splits,
-    scale,
-):
+def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
     """The causal attention of `nvllm::attention`, one sequence at a time (nothing to split)."""
     out = query.new_zeros(query.shape)  # contiguous whatever the query's layout, as the op promises
     block_size = k_cache.shape[1]
-    starts = cu_seqlens_q.tolist()
-    for i, len_k in enumerate(seqlens_k.tolist()):
+    starts = batch.cu_seqlens_q.tolist()
+    for i, len_k in enumerate(batch.seqlens_k.tolist()):
         start, end = starts[i], starts[i + 1]
         len_q = end - start
         if len_q == 0 or len_k == 0:
             continue  # padding
-        blocks = block_tables[i, : -(-len_k // block_size)].long()
+        blocks = batch.block_tables[i, : -(-len_k // block_size)].long()
         key = k_cache[blocks].flatten(0, 1)[:len_k]
         value = v_cache[blocks].flatten(0, 1)[:len_k]
         # query j sits at position len_k - len_q + j and sees every key up to and including that position
