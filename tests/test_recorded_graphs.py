@@ -62,7 +62,9 @@ def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_o
         runner = llm.model_runner
         llm.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
         backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len)
-        runner.graph_runner = graphs = GraphRunner(runner.model, backend, [2, 4, 8], [16, 32], "cpu")
+        runner.graph_runner = graphs = GraphRunner(
+            runner.model, backend, [2, 4, 8], [16, 32], "cpu", runner.token_table
+        )
         got = run_both()
     assert got == expected
     replays = {key: graph.replays for key, graph in graphs.graphs.items()}

@@ -241,3 +241,17 @@ def test_max_model_len_stops_generation():
     while not scheduler.is_finished():
         run_step(scheduler)
     assert seq.host_len == 6 and seq.is_finished
+
+
+def test_a_prompt_chunk_never_leaves_a_single_token_for_decode():
+    """Decode steps take a sequence's newest token from the device's token table, where only sampled tokens
+    are: the last prompt token must go to a prefill step, which samples."""
+    scheduler = bare_scheduler(num_blocks=8, max_num_batched_tokens=4)
+    seq = Sequence([1, 2, 3, 4, 5], SamplingParams(max_tokens=3))
+    scheduler.add(seq)
+    chunks = []
+    while seq.num_completion_tokens == 0:
+        batch, _ = run_step(scheduler)
+        assert batch.is_prefill
+        chunks.append(batch.num_new_tokens)
+    assert chunks == [[3], [2]]  # not 4 then 1

@@ -21,6 +21,7 @@ PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # token counts 
 PREFILL_GRAPH_SEQS = 4  # sequences a prefill graph holds (the empty ones are padding)
 STATIC_INPUTS = (
     "input_ids",
+    "token_rows",
     "positions",
     "slot_mapping",
     "cu_seqlens_q",
@@ -29,7 +30,7 @@ STATIC_INPUTS = (
     "logits_indices",
 )
 DECODE_STEP_INPUTS = (
-    "input_ids",
+    "token_rows",
     "positions",
     "slot_mapping",
     "seqlens_k",
@@ -87,7 +88,9 @@ class GraphRunner:
         decode_sizes: list[int],
         buckets: list[int],
         device,
+        token_table: torch.Tensor,
     ):
+        """Decode graphs read each sequence's token from `token_table` themselves (see StepInputs)."""
         self.backend, self.device = backend, device
         self.decode_sizes, self.buckets = decode_sizes, buckets
         # Static buffers for the largest graph of each kind: views of their leading rows are each graph's
@@ -107,11 +110,16 @@ class GraphRunner:
         self._copied: dict[str, torch.Tensor] = {}  # the tensor last copied into each decode buffer
         self.graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.logits: dict[tuple, torch.Tensor] = {}
+
+        def decode_forward(token_rows, *args):
+            return forward(token_table[token_rows], *args)
+
         pool = None  # shared by every graph (they never run at the same time); the largest first
         for size in reversed(decode_sizes):
             for splits in sorted({0, backend.decode_kv_splits(size, longest_context=1)}):
                 key = ("decode", size, splits)
-                graph, self.logits[key] = record(forward, self._arguments("decode", size, size, splits), pool)
+                args = self._arguments("decode", size, size, splits)
+                graph, self.logits[key] = record(decode_forward, args, pool)
                 self.graphs[key], pool = graph, graph.pool()
         for num_tokens in reversed(buckets):
             key = ("prefill", num_tokens)
@@ -135,7 +143,7 @@ class GraphRunner:
             decode_kv_splits=torch.tensor(kv_splits, dtype=torch.int32),
         )
         return (
-            static["input_ids"][:num_tokens],
+            static["token_rows" if kind == "decode" else "input_ids"][:num_tokens],
             static["positions"][:num_tokens],
             meta,
             static["logits_indices"][:num_seqs],
@@ -151,7 +159,7 @@ class GraphRunner:
             return ("prefill", next(t for t in self.buckets if t >= inputs.num_tokens)) if fits else None
         splits = self.backend.decode_kv_splits(inputs.num_seqs, inputs.longest_context)
         key = ("decode", inputs.num_seqs, splits)
-        return key if key in self.graphs else None
+        return key if key in self.graphs and inputs.input_ids is None else None
 
     def can_replay(self, inputs: StepInputs) -> bool:
         return self._key(inputs) is not None

@@ -169,6 +169,7 @@ class ModelRunner:
                 decode_capture_sizes(self.config),
                 prefill_buckets(self.config),
                 self.device,
+                self.token_table,
             )
         self.timings["capture_s"] = time.perf_counter() - start
         self.compiled_model.trust_decode_guards = True
@@ -186,12 +187,11 @@ class ModelRunner:
         """One step's logits (this rank's share of the work; every rank gets the full logits): replayed from
         a CUDA graph when one holds the step, else the compiled model, else the eager one. A decode step's
         input ids are read from the token table."""
-        if inputs.input_ids is None:
-            inputs = dataclasses.replace(
-                inputs, input_ids=self.token_table[to_device(inputs.token_rows, self.device)]
-            )
         if self.graph_runner is not None and self.graph_runner.can_replay(inputs):
             return self.graph_runner.replay(inputs)
+        if inputs.input_ids is None:
+            input_ids = self.token_table[to_device(inputs.token_rows, self.device)]
+            inputs = dataclasses.replace(inputs, input_ids=input_ids)
         args = (
             to_device(inputs.input_ids, self.device),
             to_device(inputs.positions, self.device),
