@@ -7,9 +7,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from experiments.config import workload_config
 from experiments.engine import engine_metrics, report, start_engine, timed_generate, warm_up
 from experiments.tracking import record, wandb_run
-from experiments.workload import make_requests, workload_config
+from experiments.workload import make_requests
 
 
 def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:

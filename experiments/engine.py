@@ -9,21 +9,17 @@ from contextlib import contextmanager
 import torch
 from omegaconf import DictConfig
 
+from experiments.config import engine_config_from_run_config
 from nvllm import LLM
-from nvllm.config import engine_config_from_run_config, resolve_device
-from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.llm_engine import Prompt, tokens_per_second
 from nvllm.sampling_params import SamplingParams
-
-
-def _on_cuda(llm: LLM) -> bool:
-    return resolve_device(llm.config.device).startswith("cuda")
 
 
 def start_engine(cfg: DictConfig) -> LLM:
     """The engine `cfg` describes (use it as a context manager: jobs share one process). The GPU's peak
     memory counter is reset first, so that the peak reported is this job's."""
     config = engine_config_from_run_config(cfg)
-    if resolve_device(config.device).startswith("cuda"):
+    if config.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     return LLM.from_config(config)
 
@@ -51,7 +47,7 @@ def measured(llm: LLM) -> Iterator[dict]:
     metrics["wall_s"] = time.perf_counter() - start
     for phase, (tokens, seconds) in _phase_totals(llm).items():
         tokens, seconds = tokens - before[phase][0], seconds - before[phase][1]
-        metrics[f"{phase}_tok_per_s"] = tokens / seconds if seconds > 0 else 0.0
+        metrics[f"{phase}_tok_per_s"] = tokens_per_second(tokens, seconds)
 
 
 def timed_generate(
@@ -61,18 +57,20 @@ def timed_generate(
     with measured(llm) as phases:
         outputs = llm.generate(prompts, params, use_tqdm=use_tqdm)
     generated = sum(len(output["token_ids"]) for output in outputs)
-    return outputs, {"output_tokens": generated, "output_tok_per_s": generated / phases["wall_s"], **phases}
+    throughput = tokens_per_second(generated, phases["wall_s"])
+    return outputs, {"output_tokens": generated, "output_tok_per_s": throughput, **phases}
 
 
 def engine_metrics(llm: LLM) -> dict:
     """Start-up times, memory and scheduling counters (call before shutdown)."""
     stats = llm.stats()
+    on_cuda = llm.device.startswith("cuda")
     return {
         "startup_s": stats["startup_s"],
         "load_s": stats["load_s"],
         "compile_s": stats["compile_s"],
         "capture_s": stats["capture_s"],
-        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if _on_cuda(llm) else None,
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None,
         "num_kv_blocks": stats["num_kv_blocks"],
         "num_preemptions": stats["num_preemptions"],
         "prefix_cache_hit_rate": stats["prefix_cache_hit_rate"],

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from experiments.config import workload_config
 from experiments.engine import engine_metrics, start_engine, throughput_line, timed_generate
 from experiments.tracking import record, wandb_run
-from experiments.workload import make_requests, workload_config
+from experiments.workload import make_requests
 
 
 def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:

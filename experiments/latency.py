@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
+from experiments.config import workload_config
 from experiments.engine import engine_metrics, measured, report, start_engine, warm_up
 from experiments.tracking import record, wandb_run
-from experiments.workload import make_requests, workload_config
+from experiments.workload import make_requests
 from nvllm import LLM
-from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.llm_engine import Prompt, tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
 PERCENTILES = (50, 90, 99)
@@ -64,7 +65,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             wandb_job.log({"token_latency_ms": seconds * 1e3})
         metrics = {
             "output_tokens": output_tokens,
-            "output_tok_per_s": output_tokens / phases["wall_s"],
+            "output_tok_per_s": tokens_per_second(output_tokens, phases["wall_s"]),
             **phases,
             "time_to_first_token_ms": first_token_s * 1e3,
             **latency_percentiles_ms(token_s),

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import random
 
-from omegaconf import DictConfig, OmegaConf
-
-from nvllm.config import WorkloadConfig, to_dataclass, validate_workload
+from experiments.config import WorkloadConfig
 from nvllm.engine.llm_engine import Prompt
 from nvllm.sampling_params import SamplingParams
-
-
-def workload_config(cfg: DictConfig) -> WorkloadConfig:
-    workload = to_dataclass(WorkloadConfig, OmegaConf.to_container(cfg.workload, resolve=True))
-    validate_workload(workload)
-    return workload
-
 
 # nano-vLLM's bench draws prompt token ids from [0, 10000]: the same draws make the same workload.
 MAX_RANDOM_TOKEN_ID = 10_000

@@ -7,6 +7,7 @@ and the job's overrides (the wandb run's name); it builds the engine from the co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 import hydra
@@ -15,21 +16,34 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
 from omegaconf import DictConfig
 
-from nvllm.config import CONF_DIR, register_configs
+from experiments.config import register_configs
 
-register_configs()
+
+def config_dir() -> Path:
+    """Hydra's `conf/`: at the top of a checkout, or inside an installed wheel (as `experiments/conf`)."""
+    checkout = Path(__file__).resolve().parent.parent / "conf"
+    return checkout if checkout.is_dir() else Path(str(resources.files("experiments") / "conf"))
+
+
+CONF_DIR = config_dir()
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
     """The config `python -m nvllm.run OVERRIDES` would run, composed without running (tests, notebooks)."""
+    register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> dict:
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def run_job(cfg: DictConfig) -> dict:
     job = HydraConfig.get()
     return call(cfg.runner, cfg, Path(job.runtime.output_dir), job.job.override_dirname or None)
+
+
+def main() -> None:
+    register_configs()
+    run_job()
 
 
 if __name__ == "__main__":

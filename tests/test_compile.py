@@ -1,11 +1,20 @@
 """The model compiled whole (fullgraph=True) through the custom ops, on the CPU, against eager."""
 
 import torch
+import torch._dynamo.config
 import torch._dynamo.utils
+import torch.fx.experimental._config
 
 from nvllm import LLM, SamplingParams
 
 PROMPTS = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
+
+
+def torch_settings() -> dict:
+    return {
+        "dynamo": torch._dynamo.config.get_config_copy(),
+        "fx": torch.fx.experimental._config.get_config_copy(),
+    }
 
 
 def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
@@ -22,7 +31,10 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         torch._dynamo.reset()
         counters = torch._dynamo.utils.counters
         counters.clear()
+        settings_before = torch_settings()
         with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
+            # the settings the engine compiles with hold only inside its calls: code around it sees torch's
+            assert torch_settings() == settings_before
             frames_after_warmup = counters["stats"]["unique_graphs"]
             assert frames_after_warmup == 1  # one graph for prefill and decode, built at start-up
             assert counters["aot_autograd"]["total"] == 1, "traced more than once (a restarted analysis)"
@@ -33,6 +45,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled after warm-up"
             assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
+            assert torch_settings() == settings_before
 
             # logits of the same prefill batch, compiled vs eager
             for prompt in PROMPTS[:2]:

@@ -15,8 +15,9 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 
 from experiments import bench, generate, latency
+from experiments.config import workload_config
 from experiments.sweep_summary import PLOT_NAME, SweepSummary
-from experiments.workload import MAX_RANDOM_TOKEN_ID, make_requests, workload_config
+from experiments.workload import MAX_RANDOM_TOKEN_ID, make_requests
 from nvllm import LLM, SamplingParams
 from nvllm.run import compose_config
 

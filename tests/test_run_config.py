@@ -11,9 +11,8 @@ from hydra.types import RunMode
 from hydra.utils import get_method
 from omegaconf import DictConfig, open_dict
 
-from experiments.workload import workload_config
-from nvllm.config import CONF_DIR, engine_config_from_run_config
-from nvllm.run import compose_config
+from experiments.config import engine_config_from_run_config, workload_config
+from nvllm.run import CONF_DIR, compose_config
 
 EXPERIMENTS = sorted(path.stem for path in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -101,7 +100,7 @@ def test_a_value_of_the_wrong_type_is_rejected_by_name(override):
 @pytest.mark.parametrize(
     "override, key",
     [
-        ("scheduler.policy=lifo", "scheduler.policy"),
+        ("scheduler.num_decode_steps=0", "scheduler.num_decode_steps"),
         ("cache.block_size=0", "cache.block_size"),
         ("workload.min_input_len=2000", "workload.min_input_len"),
         ("workload.num_seqs=0", "workload.num_seqs"),

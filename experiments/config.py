@@ -1,0 +1,138 @@
+"""The experiment harness's config: what `python -m nvllm.run` composes beyond the engine's groups (the
+workload, wandb, the runner), its registration in Hydra's ConfigStore, and the engine config it yields.
+
+The engine's groups are the library's own frozen dataclasses (`nvllm.config`); Hydra gets writable copies of
+them (OmegaConf makes a frozen dataclass node read-only, and no override could then be applied), so each
+group's keys, types and defaults still have one owner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from nvllm.config import EngineConfig, engine_config_from_dict, to_dataclass
+from nvllm.models.presets import PRESETS
+
+
+@dataclass
+class WorkloadConfig:
+    """The requests an experiment sends. Lengths are typed ints (so Hydra rejects a wrong type): a
+    length is drawn uniformly from [min_*, *] when min_* is set, else it is exactly *."""
+
+    num_seqs: int = 8
+    input_len: int = 128  # random-token prompts only: text prompts have the length they have
+    min_input_len: int | None = None
+    output_len: int = 64
+    min_output_len: int | None = None
+    temperature: float = 0.6
+    ignore_eos: bool = True
+    seed: int = 0  # draws the prompt tokens and the lengths
+    prompts: list[str] = field(default_factory=list)  # text, cycled to num_seqs; empty: random tokens
+
+
+@dataclass
+class WandbConfig:
+    project: str = "nvllm"
+    mode: str = "offline"  # online | offline | disabled; conf/wandb/default.yaml reads $WANDB_MODE
+    group: str | None = None  # the sweep experiment groups its jobs by sweep dir
+    dir: str | None = None  # None: the job's Hydra output dir
+
+
+@dataclass
+class RunnerConfig:
+    """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
+
+    _target_: str = "experiments.generate.run"
+
+
+ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig))
+
+
+def validate_workload(workload: WorkloadConfig) -> None:
+    """What the schema's types cannot say about a workload, as one clear ValueError."""
+    problems = []
+    if workload.num_seqs < 1:
+        problems.append(f"workload.num_seqs={workload.num_seqs} must be positive")
+    for kind in ("input", "output"):
+        longest, shortest = getattr(workload, f"{kind}_len"), getattr(workload, f"min_{kind}_len")
+        if longest < 1:
+            problems.append(f"workload.{kind}_len={longest} must be positive")
+        if shortest is not None and not 1 <= shortest <= longest:
+            problems.append(f"workload.min_{kind}_len={shortest} must be in [1, {kind}_len={longest}]")
+    if workload.temperature < 0:
+        problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")
+    if problems:
+        raise ValueError("invalid workload: " + "; ".join(problems))
+
+
+def workload_config(cfg: DictConfig) -> WorkloadConfig:
+    workload = to_dataclass(WorkloadConfig, OmegaConf.to_container(cfg.workload, resolve=True))
+    validate_workload(workload)
+    return workload
+
+
+def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:
+    """The engine's part of a composed config, validated and resolved. Only the engine's keys are resolved:
+    the others may name Hydra's runtime (`${hydra:...}`), which exists only inside a job."""
+    if isinstance(cfg, dict):
+        values = {key: cfg[key] for key in ENGINE_KEYS if key in cfg}
+    else:
+        values = {
+            key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+            for key in ENGINE_KEYS
+            if key in cfg
+        }
+    return engine_config_from_dict(values)
+
+
+@cache
+def writable(cls: type) -> type:
+    """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas."""
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for spec in fields(cls):
+        if dataclasses.is_dataclass(hints[spec.name]):
+            nested = writable(hints[spec.name])
+            specs.append((spec.name, nested, field(default_factory=nested)))
+        elif spec.default_factory is not dataclasses.MISSING:
+            specs.append((spec.name, hints[spec.name], field(default_factory=spec.default_factory)))
+        else:
+            specs.append((spec.name, hints[spec.name], field(default=spec.default)))
+    return dataclasses.make_dataclass(cls.__name__, specs)
+
+
+def _run_schema() -> type:
+    """The whole composed config: the engine's groups plus the workload, wandb and the runner."""
+    extra = [
+        ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
+        ("wandb", WandbConfig, field(default_factory=WandbConfig)),
+        ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+    ]
+    return dataclasses.make_dataclass("RunConfig", extra, bases=(writable(EngineConfig),))
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore: `run_schema` types the whole composed config (a wrong key
+    or type fails at composition, naming it), `<group>/schema` is what each group's YAML extends, and every
+    model preset is an option of the `model` group. Called by the harness's entry points (`nvllm.run`),
+    never on import."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="run_schema", node=_run_schema())
+    groups: dict[str, Any] = {
+        spec.name: writable(typing.get_type_hints(EngineConfig)[spec.name])
+        for spec in fields(EngineConfig)
+        if dataclasses.is_dataclass(typing.get_type_hints(EngineConfig)[spec.name])
+    }
+    groups.update(workload=WorkloadConfig, wandb=WandbConfig)
+    for group, schema in groups.items():
+        store.store(group=group, name="schema", node=schema)
+    for name, preset in PRESETS.items():
+        store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

@@ -1,0 +1,56 @@
+"""The library stands apart from the experiment harness, and a wheel built from the repo serves both the
+Python API and `python -m nvllm.run` outside the checkout."""
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+QUIET = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def test_the_library_imports_neither_hydra_nor_the_harness():
+    code = (
+        "import sys, nvllm, nvllm.config\n"
+        "from nvllm import LLM\n"
+        "loaded = {name.split('.')[0] for name in sys.modules}\n"
+        "sys.exit(sorted(loaded & {'hydra', 'experiments'}) or 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", str(REPO), "-w", "dist"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=QUIET,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("nvllm-*.whl")
+    # this interpreter's packages (torch, hydra, ...), but nvllm and the harness from the wheel alone
+    venv.create(tmp_path / "venv", system_site_packages=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
+    assert subprocess.run(install, capture_output=True, env=QUIET).returncode == 0
+
+    def run(*args: str) -> str:
+        done = subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True, env=QUIET)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    api = (
+        "import nvllm, experiments\n"
+        "from nvllm import LLM, SamplingParams\n"
+        "assert 'site-packages' in nvllm.__file__ and 'site-packages' in experiments.__file__\n"
+        "with LLM(model='tiny', model__vocab_size=4096) as llm:\n"
+        "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
+    )
+    assert len(eval(run("-c", api).splitlines()[-1])) == 3
+    overrides = ["model=tiny", "workload.num_seqs=1", "workload.output_len=2"]
+    output = run("-m", "nvllm.run", *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    assert "Throughput: 2 tokens" in output
