@@ -1,6 +1,8 @@
 """Bad input fails with a ValueError that names the problem, and leaves the engine as it was: idle, every
 block free, and the next generate right."""
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -37,7 +39,12 @@ def assert_still_serves(llm, expected):
 @pytest.mark.parametrize(
     "prompt, max_tokens, message",
     [
-        (random_prompt(MAX_MODEL_LEN + 1, seed=302), 4, "longer than max_model_len=32"),
+        (random_prompt(MAX_MODEL_LEN + 1, seed=302), 4, "33 tokens leaves no room for output .*=32"),
+        # prompt + output hold at most max_model_len tokens: a full-length prompt has no room for one more
+        (random_prompt(MAX_MODEL_LEN, seed=305), 4, "32 tokens leaves no room for output .*=32"),
+        (None, 4, "a prompt must be a string or a list of token ids, got NoneType"),
+        ("abc\ud800", 4, "is not valid Unicode text"),
+        ([5, True], 4, r"token ids must be integers, got \[True\]"),
         ("", 4, "empty prompt"),  # tokenizes to no tokens
         ([], 4, "empty prompt"),
         ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary"),
@@ -48,6 +55,10 @@ def assert_still_serves(llm, expected):
     ],
     ids=[
         "too-long",
+        "max-model-len-long",
+        "none-prompt",
+        "lone-surrogate",
+        "bool-id",
         "empty-text",
         "empty-ids",
         "negative-id",
@@ -72,12 +83,23 @@ def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max
     "kwargs, message",
     [
         (dict(max_tokens=0), "max_tokens=0 must be an integer >= 1"),
-        (dict(temperature=-0.5), "temperature=-0.5 must be >= 0"),
-        (dict(temperature=float("nan")), "temperature=nan must be >= 0"),
-        (dict(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
-        (dict(top_p=1.5), r"top_p=1.5 must be in \(0, 1\]"),
+        (dict(max_tokens=True), "max_tokens=True must be an integer >= 1"),
+        (dict(temperature=-0.5), "temperature=-0.5 must be a finite number >= 0"),
+        (dict(temperature=float("nan")), "temperature=nan must be a finite number >= 0"),
+        (dict(temperature=float("inf")), "temperature=inf must be a finite number >= 0"),
+        (dict(temperature="0.5"), "temperature='0.5' must be a finite number >= 0"),
+        (dict(temperature=None), "temperature=None must be a finite number >= 0"),
+        (dict(top_p=0.0), r"top_p=0.0 must be a number in \(0, 1\]"),
+        (dict(top_p=1.5), r"top_p=1.5 must be a number in \(0, 1\]"),
+        (dict(top_p=None), r"top_p=None must be a number in \(0, 1\]"),
         (dict(top_k=0), "top_k=0 must be -1"),
-        (dict(top_k=2.5), "top_k=2.5 must be -1 .* or an integer >= 1"),
+        (dict(top_k=2.5), r"top_k=2.5 must be -1 .* or an integer in \[1, 2147483647\]"),
+        (dict(top_k=2**70), r"top_k=1180591620717411303424 must be -1"),
+        (dict(ignore_eos="no"), "ignore_eos='no' must be True or False"),
+        (dict(seed="x"), "seed='x' must be None or an integer"),
+        (dict(seed=1.5), "seed=1.5 must be None or an integer"),
+        (dict(seed=2**64), r"seed=18446744073709551616 must be None or an integer in \[0, 2\*\*64\)"),
+        (dict(seed=-1), "seed=-1 must be None or an integer"),
     ],
 )
 def test_bad_sampling_params(llm, expected, kwargs, message):
@@ -86,8 +108,55 @@ def test_bad_sampling_params(llm, expected, kwargs, message):
     assert_still_serves(llm, expected)
 
 
-def test_numpy_token_ids_are_token_ids(llm, expected):
+def test_a_field_set_after_construction_is_checked_before_anything_is_queued(llm, expected):
+    changed = SamplingParams(seed=1)
+    changed.seed = "x"
+    with pytest.raises(ValueError, match="seed='x'"):
+        llm.generate(GOOD_PROMPTS, [GREEDY, changed], use_tqdm=False)
+    assert_still_serves(llm, expected)
+
+
+def test_numpy_integers_are_integers(llm, expected):
     assert llm.generate([np.array(p) for p in GOOD_PROMPTS], GREEDY, use_tqdm=False) == expected
+    assert SamplingParams(top_k=np.int64(5), max_tokens=np.int32(3), seed=np.uint64(2**63)).top_k == 5
+
+
+def test_prompts_as_a_generator_or_a_2d_array(llm, expected):
+    assert llm.generate((p for p in GOOD_PROMPTS), GREEDY, use_tqdm=False) == expected
+    equal_length = [GOOD_PROMPTS[0][:3], GOOD_PROMPTS[1]]
+    assert llm.generate(np.array(equal_length), GREEDY, use_tqdm=False) == llm.generate(
+        equal_length, GREEDY, use_tqdm=False
+    )
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-38, 1e-30])
+def test_a_tiny_temperature_is_greedy(llm, expected, temperature):
+    for top_k in (-1, 5):
+        tiny = SamplingParams(temperature=temperature, top_k=top_k, max_tokens=4)
+        sampled = SamplingParams(
+            temperature=0.8, seed=7, max_tokens=4
+        )  # the batch samples: no argmax shortcut
+        outputs = llm.generate(GOOD_PROMPTS + [GOOD_PROMPTS[0]], [tiny, tiny, sampled], use_tqdm=False)
+        assert outputs[:2] == expected
+
+
+def test_threads_sharing_an_engine_each_get_their_own_outputs(llm, expected):
+    prompts = [random_prompt(5 + i, seed=320 + i) for i in range(4)]
+    serial = llm.generate(prompts, GREEDY, use_tqdm=False)
+    results = {}
+
+    def generate(name, batch):
+        results[name] = llm.generate(batch, GREEDY, use_tqdm=False)
+
+    threads = [
+        threading.Thread(target=generate, args=(i, prompts if i % 2 else GOOD_PROMPTS)) for i in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert results == {i: serial if i % 2 else expected for i in range(4)}
+    assert_still_serves(llm, expected)
 
 
 def test_prompts_and_sampling_params_of_different_lengths(llm, expected):
@@ -95,6 +164,10 @@ def test_prompts_and_sampling_params_of_different_lengths(llm, expected):
         llm.generate(GOOD_PROMPTS, [GREEDY] * 3, use_tqdm=False)
     with pytest.raises(ValueError, match="expected SamplingParams, got dict"):
         llm.generate(GOOD_PROMPTS, [GREEDY, {"temperature": 0}], use_tqdm=False)
+    with pytest.raises(ValueError, match="expected SamplingParams or a list of them, got NoneType"):
+        llm.generate(GOOD_PROMPTS, None, use_tqdm=False)
+    with pytest.raises(ValueError, match="prompts must be a list of strings or token-id lists, got NoneType"):
+        llm.generate(None, GREEDY, use_tqdm=False)
     assert_still_serves(llm, expected)
 
 

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import logging
-import numbers
+import threading
 import time
+from collections.abc import Iterable
 from collections.abc import Sequence as SequenceLike
 
 import torch
@@ -17,7 +18,7 @@ from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
 from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
-from nvllm.sampling_params import SamplingParams
+from nvllm.sampling_params import SamplingParams, is_integer
 from nvllm.tokenizer import load_tokenizer
 
 logger = logging.getLogger("nvllm")
@@ -79,6 +80,7 @@ class LLMEngine:
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
+        self._generating = threading.Lock()
         self.prefill_seconds = self.decode_seconds = 0.0
 
     def _log_startup(self) -> None:
@@ -105,17 +107,26 @@ class LLMEngine:
     # ---- requests -----------------------------------------------------------------------------------
     def _tokenize(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
+            try:
+                prompt.encode("utf-8")  # what the tokenizer needs (a lone surrogate has no UTF-8)
+            except UnicodeError as error:
+                raise ValueError(f"prompt {prompt!r} is not valid Unicode text: {error}") from None
             return self.tokenizer.encode(prompt)
-        # numpy integers (a prompt given as an array) are token ids too; validate() rejects other types
-        return [int(t) if isinstance(t, numbers.Integral) else t for t in prompt]
+        if isinstance(prompt, (list, tuple)) or (
+            hasattr(prompt, "__len__") and hasattr(prompt, "__getitem__")
+        ):
+            # numpy integers (a prompt given as an array) are token ids too; validate() rejects other types
+            return [int(t) if is_integer(t) else t for t in prompt]
+        raise ValueError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
 
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
         """Reject a request the engine could never serve, before it changes any state."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"expected SamplingParams, got {type(params).__name__}")
+        params.validate()  # again: its fields may have been set after it was built
         if not token_ids:
             raise ValueError("empty prompt: a request needs at least one token")
-        not_integers = [t for t in token_ids if not isinstance(t, int)]
+        not_integers = [t for t in token_ids if not is_integer(t)]
         if not_integers:
             raise ValueError(f"token ids must be integers, got {not_integers[:5]}")
         vocab_size = self.config.model.vocab_size
@@ -123,9 +134,10 @@ class LLMEngine:
         if bad:
             raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab_size})")
         max_model_len = self.config.scheduler.max_model_len
-        if len(token_ids) > max_model_len:
+        if len(token_ids) >= max_model_len:  # prompt and output together hold at most max_model_len tokens
             raise ValueError(
-                f"prompt of {len(token_ids)} tokens is longer than max_model_len={max_model_len}"
+                f"prompt of {len(token_ids)} tokens leaves no room for output within "
+                f"max_model_len={max_model_len} (prompt + output tokens)"
             )
         longest = min(len(token_ids) + params.max_tokens, max_model_len)
         blocks_needed, num_blocks = self.block_manager.blocks_for(longest), self.block_manager.num_blocks
@@ -209,15 +221,29 @@ class LLMEngine:
         sampling_params: SamplingParams | SequenceLike[SamplingParams],
         use_tqdm: bool = True,
     ) -> list[dict]:
-        """Generate for every prompt; one `{"text", "token_ids"}` per prompt, in input order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            raise ValueError("prompts must be a list of strings or a list of token-id lists")
-        if not isinstance(sampling_params, SamplingParams):
+        """Generate for every prompt; one `{"text", "token_ids"}` per prompt, in input order. All or nothing:
+        every request is checked before any is queued. Calls from several threads run one after another."""
+        with self._generating:
+            return self._generate(prompts, sampling_params, use_tqdm)
+
+    def _generate(self, prompts, sampling_params, use_tqdm: bool) -> list[dict]:
+        if isinstance(prompts, str) or prompts is None or not isinstance(prompts, Iterable):
+            raise ValueError(
+                f"prompts must be a list of strings or token-id lists, got {type(prompts).__name__}"
+            )
+        prompts = list(prompts)  # a generator or an array too
+        if prompts and is_integer(prompts[0]):
+            raise ValueError("prompts must be a list of strings or token-id lists, not one list of token ids")
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params] * len(prompts)
+        elif isinstance(sampling_params, Iterable) and not isinstance(sampling_params, str):
             sampling_params = list(sampling_params)
             if len(sampling_params) != len(prompts):
                 raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
         else:
-            sampling_params = [sampling_params] * len(prompts)
+            raise ValueError(
+                f"expected SamplingParams or a list of them, got {type(sampling_params).__name__}"
+            )
         requests = [(self._tokenize(p), sp) for p, sp in zip(prompts, sampling_params)]
         for token_ids, params in requests:  # all checked before any is queued
             self.validate(token_ids, params)

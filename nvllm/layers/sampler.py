@@ -97,7 +97,7 @@ class Sampler:
         return SamplingBatch(
             seeded_rows=[(row, gen) for row, gen in enumerate(generators) if gen is not None],
             inv_temperatures=on_device(
-                [1.0 / p.temperature if p.temperature else 1.0 for p in params] + [1.0] * num_padding,
+                [1.0 if p.is_greedy else 1.0 / p.temperature for p in params] + [1.0] * num_padding,
                 torch.float32,
             ),
             noise_scales=on_device([0.0 if g else 1.0 for g in greedy], torch.float32),
