@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -152,29 +155,59 @@ def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelCo
     return ModelConfig(**values)
 
 
-def to_dataclass(cls: type, values: dict, base: Any = None) -> Any:
+def checked_value(key: str, value: Any, hint: Any) -> Any:
+    """`value` for a key typed `hint` (int, float, bool, str, or one of them | None), as that type: ints
+    take Python and NumPy integers but not bools, floats any real number but a bool, bools only bools.
+    Anything else is a ValueError naming the key."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if value is None and type(None) in options:
+        return None
+    if int in options and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if float in options and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if bool in options and isinstance(value, bool) or str in options and isinstance(value, str):
+        return value
+    if any(typing.get_origin(option) is list for option in options) and isinstance(value, (list, tuple)):
+        return list(value)
+    names = " or ".join(
+        "None" if option is type(None) else getattr(option, "__name__", str(option)) for option in options
+    )
+    raise ValueError(f"{key}={value!r} must be {names}, not {type(value).__name__}")
+
+
+def to_dataclass(cls: type, values: dict, base: Any = None, prefix: str = "") -> Any:
     """A (nested) config dataclass from a plain dict over `base` (default: the schema's defaults), rejecting
-    keys the schema does not have."""
+    keys the schema does not have and values of another type."""
     base = cls() if base is None else base
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(values) - set(hints))
     if unknown:
-        raise ValueError(f"unknown config key(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
+        raise ValueError(f"unknown config key(s) {unknown} for {cls.__name__}; known: {sorted(hints)}")
     changes = {}
     for name, value in values.items():
         current = getattr(base, name)
-        is_group = dataclasses.is_dataclass(current)
-        if isinstance(value, dict) and not is_group:
-            raise ValueError(f"{name!r} of {cls.__name__} is a value, not a group of keys")
-        changes[name] = to_dataclass(type(current), value, current) if is_group else value
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ValueError(f"{prefix}{name} is a group of keys, not a value ({value!r})")
+            changes[name] = to_dataclass(type(current), value, current, f"{prefix}{name}.")
+        elif isinstance(value, dict):
+            raise ValueError(f"{prefix}{name} is a value, not a group of keys")
+        else:
+            changes[name] = checked_value(f"{prefix}{name}", value, hints[name])
     return dataclasses.replace(base, **changes)
 
 
 def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
     """`LLM(model, **overrides)`: a checkpoint dir, a preset name or None (Qwen3-0.6B, random weights);
     overrides by nano-vLLM's flat names or as `group__key`. Validated and resolved."""
+    if model is not None and not isinstance(model, str | os.PathLike):
+        raise ValueError(f"model={model!r} must be a checkpoint directory, a preset name or None")
+    model = os.fspath(model) if model is not None else None
     if model is not None and os.path.isdir(os.path.expanduser(model)):
         model_config = model_from_checkpoint(model)
+    elif model is not None and (os.sep in model or model.startswith((".", "~"))):
+        raise ValueError(f"model={model!r}: no such checkpoint directory (a preset is a bare name)")
     else:
         model_config = model_preset(model or ModelConfig.name)
     nested: dict[str, Any] = {}
@@ -182,7 +215,7 @@ def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
     for key, value in overrides.items():
         dotted = FLAT_KEYS.get(key, key.replace("__", "."))
         if key == "enforce_eager":
-            value = not value
+            value = not checked_value(key, value, bool)
         group, _, leaf = dotted.rpartition(".")
         schema = getattr(defaults, group, None) if group else defaults
         if not dataclasses.is_dataclass(schema) or leaf not in {f.name for f in fields(schema)}:

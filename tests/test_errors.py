@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from nvllm import LLM, SamplingParams
+from nvllm.config import engine_config
 from tests.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
 
 MAX_MODEL_LEN = 32
@@ -195,14 +196,39 @@ def test_block_size_the_backend_cannot_serve():
         LLM("tiny", attention_backend="flash_attn", kvcache_block_size=16)
 
 
-def test_unknown_keyword_argument_is_named():
-    with pytest.raises(ValueError, match="unknown LLM argument 'max_num_seq'"):
-        LLM("tiny", max_num_seq=3)
+@pytest.mark.parametrize(
+    "model, overrides, message",
+    [
+        ("tiny", dict(max_num_seq=3), "unknown LLM argument 'max_num_seq'"),
+        ("tiny", dict(nope__x=1), "unknown LLM argument 'nope__x'"),
+        ("tinny", {}, r"unknown model 'tinny'.*'tiny'"),
+        ("../config", {}, r"model='../config': no such checkpoint directory"),
+        (3, {}, "model=3 must be a checkpoint directory, a preset name or None"),
+        ("tiny", dict(kvcache_block_size="16"), "cache.block_size='16' must be int, not str"),
+        ("tiny", dict(kvcache_block_size=16.0), "cache.block_size=16.0 must be int, not float"),
+        ("tiny", dict(num_kvcache_blocks=3.7), "cache.num_blocks=3.7 must be int or None, not float"),
+        ("tiny", dict(tensor_parallel_size="2"), "parallel.tensor_parallel_size='2' must be int"),
+        ("tiny", dict(max_model_len=None), "scheduler.max_model_len=None must be int, not NoneType"),
+        ("tiny", dict(max_num_seqs=2.5), "scheduler.max_num_seqs=2.5 must be int, not float"),
+        ("tiny", dict(enable_prefix_caching="false"), "cache.enable_prefix_caching='false' must be bool"),
+        ("tiny", dict(enforce_eager="yes"), "enforce_eager='yes' must be bool, not str"),
+        ("tiny", dict(max_num_seqs=True), "scheduler.max_num_seqs=True must be int, not bool"),
+    ],
+)
+def test_bad_engine_arguments_are_named_before_anything_is_built(model, overrides, message, monkeypatch):
+    from nvllm.engine import llm_engine
+
+    def never(*args):
+        raise AssertionError("the engine was built")
+
+    monkeypatch.setattr(llm_engine.LLMEngine, "__init__", never)
+    with pytest.raises(ValueError, match=message):
+        LLM(model, **overrides)
 
 
-def test_unknown_model_name_lists_the_presets():
-    with pytest.raises(ValueError, match=r"unknown model 'tinny'.*'tiny'"):
-        LLM("tinny")
+def test_numpy_integers_and_a_path_object_are_taken(tiny_checkpoint):
+    assert engine_config("tiny", max_num_seqs=np.int64(3)).scheduler.max_num_seqs == 3
+    assert engine_config(tiny_checkpoint, enforce_eager=True).model.path == str(tiny_checkpoint)
 
 
 def test_unsupported_architecture():
