@@ -9,13 +9,11 @@ its composed YAML. Nothing here knows about experiments or Hydra.
 from __future__ import annotations
 
 import dataclasses
-import json
 import numbers
 import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 
@@ -36,6 +34,13 @@ class ModelConfig:
     num_key_value_heads: int = 8
     head_dim: int = 128
     rope_theta: float = 1000000.0
+    rope_scaling: str = "default"  # default | yarn (then the rope_* fields below; see nvllm.layers.rotary)
+    rope_scaling_factor: float = 1.0
+    rope_original_max_position_embeddings: int | None = None
+    rope_beta_fast: float = 32.0
+    rope_beta_slow: float = 1.0
+    rope_attention_factor: float | None = None  # None: from the factor, as YaRN's paper suggests
+    rope_truncate: bool = True
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40960
@@ -133,28 +138,6 @@ def model_preset(name: str) -> ModelConfig:
     return PRESETS[name]
 
 
-def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelConfig:
-    """Architecture fields read from the checkpoint's `config.json`; the rest kept from `base`."""
-    path = os.path.expanduser(path)
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"model.path={path!r} has no config.json")
-    hf = json.loads(config_file.read_text())
-    model = base or ModelConfig()
-    values = {f.name: getattr(model, f.name) for f in fields(ModelConfig)}
-    values.update({k: v for k, v in hf.items() if k in values and v is not None})
-    values["architecture"] = (hf.get("architectures") or [model.architecture])[0]
-    values["name"] = Path(path).name
-    values["path"] = path
-    if hf.get("head_dim") is None:
-        values["head_dim"] = hf["hidden_size"] // hf["num_attention_heads"]
-    eos = hf.get("eos_token_id")
-    values["eos_token_id"] = (
-        eos[0] if isinstance(eos, list) else (eos if eos is not None else model.eos_token_id)
-    )
-    return ModelConfig(**values)
-
-
 def checked_value(key: str, value: Any, hint: Any) -> Any:
     """`value` for a key typed `hint` (int, float, bool, str, or one of them | None), as that type: ints
     take Python and NumPy integers but not bools, floats any real number but a bool, bools only bools.
@@ -204,6 +187,8 @@ def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
     if model is not None and not isinstance(model, str | os.PathLike):
         raise ValueError(f"model={model!r} must be a checkpoint directory, a preset name or None")
     model = os.fspath(model) if model is not None else None
+    from nvllm.models.hf_config import model_from_checkpoint  # reads ModelConfig: imported once this is
+
     if model is not None and os.path.isdir(os.path.expanduser(model)):
         model_config = model_from_checkpoint(model)
     elif model is not None and (os.sep in model or model.startswith((".", "~"))):
@@ -229,6 +214,8 @@ def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
 def engine_config_from_dict(values: dict) -> EngineConfig:
     """An engine config from nested plain values (the engine's groups of a composed experiment config);
     `model.path` set: the checkpoint's architecture over the rest. Validated and resolved."""
+    from nvllm.models.hf_config import model_from_checkpoint
+
     config = to_dataclass(EngineConfig, values)
     if config.model.path is not None:
         config = dataclasses.replace(config, model=model_from_checkpoint(config.model.path, config.model))

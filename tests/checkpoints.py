@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -14,10 +15,11 @@ from nvllm.tokenizer import load_tokenizer
 
 
 def hf_config(model: ModelConfig) -> dict:
-    fields = asdict(model)
+    fields = {key: value for key, value in asdict(model).items() if not key.startswith("rope_")}
     for ours in ("name", "path", "dtype", "architecture"):
         fields.pop(ours)
     return {
+        "rope_theta": model.rope_theta,
         **fields,
         "architectures": [model.architecture],
         "model_type": "qwen3",
@@ -28,13 +30,16 @@ def hf_config(model: ModelConfig) -> dict:
     }
 
 
-def write_checkpoint(directory: Path, preset: str = "tiny", seed: int = 0, num_files: int = 1) -> Path:
-    """config.json, the tokenizer and the weights (split over `num_files` shards with an index if > 1)."""
-    model = model_preset(preset)
+def write_checkpoint(
+    directory: Path, preset: str = "tiny", seed: int = 0, num_files: int = 1, **overrides
+) -> Path:
+    """config.json, the tokenizer and the weights (split over `num_files` shards with an index if > 1) of
+    the preset with `overrides` (ModelConfig fields)."""
+    model = dataclasses.replace(model_preset(preset), **overrides)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(hf_config(model), indent=2))
     load_tokenizer(None).save_pretrained(str(directory))
-    tensors = {name: t.contiguous() for name, t in random_tensors(model, seed)}
+    tensors = {name: t.contiguous() for name, t, _ in random_tensors(model, seed)}
     names = list(tensors)
     shards = [names[i::num_files] for i in range(num_files)]
     if num_files == 1:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from multiprocessing import resource_tracker
 from pathlib import Path
 
@@ -252,8 +253,7 @@ def test_engines_release_everything(tensor_parallel_size):
         ) as llm:
             llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
             segments |= mapped_shared_memory({os.getpid(), *child_pids()})
-        del llm
-        gc.collect()
+        del llm  # no gc.collect(): the engine must not depend on a collection to let go
         rss_after_engine.append(rss_mib())
         assert engine_child_pids() <= children_before, "a worker process outlived its engine"
         assert not any(os.path.exists(segment) for segment in segments), "shared memory left linked"
@@ -261,6 +261,25 @@ def test_engines_release_everything(tensor_parallel_size):
     # The first engine pays one-off costs (tokenizer, allocator pools); a leak would add the tiny model's
     # ~160 MiB of weights for each later engine.
     assert rss_after_engine[2] - rss_after_engine[0] < 64, rss_after_engine
+
+
+def test_shutdown_frees_the_weights_without_a_garbage_collection():
+    """Reference cycles (a parameter holding its module's bound loader, say) would keep the weights until
+    the collector runs: in a sweep's process, or on a GPU, that is memory held across jobs."""
+    gc.collect()
+    gc.disable()
+    try:
+        llm = LLM("tiny", enforce_eager=True, kvcache_block_size=16, num_kvcache_blocks=16)
+        llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+        model = llm.model_runner.model
+        weights = [weakref.ref(param) for param in model.parameters()]
+        engine, model = weakref.ref(llm), weakref.ref(model)
+        llm.shutdown()
+        assert model() is None and all(weight() is None for weight in weights)
+        del llm
+        assert engine() is None
+    finally:
+        gc.enable()
 
 
 @pytest.mark.gpu

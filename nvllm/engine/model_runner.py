@@ -16,10 +16,11 @@ from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min
 from nvllm.engine.block_manager import blocks_for
 from nvllm.engine.compiled_model import CompiledModel
 from nvllm.engine.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
+from nvllm.engine.memory import check_fits, kv_bytes_per_block
 from nvllm.engine.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.layers.attention import Attention
 from nvllm.models import model_class
-from nvllm.models.weights import checkpoint_tensors, load_weights, random_tensors
+from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_weights, random_tensors
 from nvllm.transfer import to_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -70,6 +71,7 @@ class ModelRunner:
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
+        check_fits(config, self.dtype, self.device)
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
@@ -94,7 +96,7 @@ class ModelRunner:
             tensors = checkpoint_tensors(model_config.path)
         else:
             tensors = random_tensors(model_config, self.config.seed, self.device)
-        load_weights(model, tensors)
+        load_weights(model, tensors, hf_parameter_shapes(model_config))
         for layer in self._attention_layers(model):
             layer.backend = self.backend.name
         return model.eval()
@@ -102,11 +104,6 @@ class ModelRunner:
     @staticmethod
     def _attention_layers(model: torch.nn.Module) -> list[Attention]:
         return [m for m in model.modules() if isinstance(m, Attention)]
-
-    def _kv_bytes_per_block(self) -> int:
-        layers = self._attention_layers(self.model)
-        per_layer = 2 * self.config.cache.block_size * layers[0].num_kv_heads * layers[0].head_dim
-        return per_layer * len(layers) * self.dtype.itemsize
 
     def _allocate_kv_cache(self) -> int:
         cache, block_size = self.config.cache, self.config.cache.block_size
@@ -116,7 +113,9 @@ class ModelRunner:
         elif self.device.startswith("cuda"):
             num_blocks = min(self._blocks_fitting_gpu_memory(), useful)
         else:
-            num_blocks = min(int(cache.cpu_memory_gib * 2**30) // self._kv_bytes_per_block(), useful)
+            num_blocks = min(
+                int(cache.cpu_memory_gib * 2**30) // kv_bytes_per_block(self.config, self.dtype), useful
+            )
         num_blocks = min_over_ranks(num_blocks, self.device)
         if num_blocks < 1:
             utilization = cache.gpu_memory_utilization
@@ -150,7 +149,7 @@ class ModelRunner:
         free_now, _ = torch.cuda.mem_get_info()
         used_by_others = total - free_now - torch.cuda.memory_reserved()
         budget = total * self.config.cache.gpu_memory_utilization - used_by_others - peak
-        return int(budget // self._kv_bytes_per_block())
+        return int(budget // kv_bytes_per_block(self.config, self.dtype))
 
     def _compile(self) -> None:
         """Compile the model (traced at a decode batch first, so that inductor tunes its kernels for decode,

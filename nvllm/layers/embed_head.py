@@ -21,7 +21,6 @@ class VocabParallelEmbedding(nn.Module):
         self.shard_size = vocab_size // tp_size()
         self.shard_start = tp_rank() * self.shard_size
         self.weight = nn.Parameter(torch.empty(self.shard_size, hidden_size), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
         param.data.copy_(full.narrow(0, self.shard_start, self.shard_size))

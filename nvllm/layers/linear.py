@@ -1,8 +1,10 @@
 """Linear layers that shard themselves over the tensor-parallel group.
 
-Each parameter carries a `weight_loader(param, full_tensor[, shard_id])` that takes the *unsharded*
-checkpoint tensor and copies in this rank's slice, so checkpoints and seeded random weights go through the
-same code and TP=N holds exactly the slices of the TP=1 weights.
+Each layer's `weight_loader(param, full_tensor[, shard_id])` takes the *unsharded* checkpoint tensor of one
+of its parameters and copies in this rank's slice (`nvllm.models.weights.load_weights` calls it), so
+checkpoints and seeded random weights go through the same code and TP=N holds exactly the slices of the
+TP=1 weights. The loader is the module's method, not an attribute of the parameter: a bound method held by
+a parameter would make a reference cycle, and the weights would outlive `shutdown()` until a collection.
 """
 
 from __future__ import annotations
@@ -28,11 +30,9 @@ class ColumnParallelLinear(nn.Module):
         super().__init__()
         assert output_size % tp_size() == 0, f"{output_size} outputs do not split over {tp_size()} ranks"
         self.weight = nn.Parameter(torch.empty(output_size // tp_size(), input_size), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
         self.bias = None
         if bias:
             self.bias = nn.Parameter(torch.empty(output_size // tp_size()), requires_grad=False)
-            self.bias.weight_loader = self.weight_loader
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
         _copy_slice(param, full, 0)
@@ -78,13 +78,15 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         assert input_size % tp_size() == 0, f"{input_size} inputs do not split over {tp_size()} ranks"
         self.weight = nn.Parameter(torch.empty(output_size, input_size // tp_size()), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
         self.bias = None
         if bias:  # added once, after the reduction
             self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
-        _copy_slice(param, full, 1)
+        if param is self.bias:
+            param.data.copy_(full)  # whole on every rank: added once, after the reduction
+        else:
+            _copy_slice(param, full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = all_reduce(apply_linear(x, self.weight))

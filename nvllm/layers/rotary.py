@@ -1,16 +1,52 @@
+"""Rotary position embedding in the rotate-half layout (Qwen3's), with cos/sin precomputed for every
+position up to the model's maximum so a step is one gather. Scalings: none (`default`) and YaRN
+(arXiv 2309.00071), which checkpoints extended past their training length use."""
+
+from __future__ import annotations
+
+import math
+
 import torch
 from torch import nn
 
+from nvllm.config import ModelConfig
+
+
+def inverse_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
+    """Each rotary dimension pair's frequency, and the factor cos and sin are scaled by."""
+    dim, base = config.head_dim, config.rope_theta
+    exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
+    if config.rope_scaling == "default":
+        return 1.0 / base**exponents, 1.0
+    assert config.rope_scaling == "yarn", config.rope_scaling  # the checkpoint reader refuses others
+    factor = config.rope_scaling_factor
+    attention_factor = config.rope_attention_factor
+    if attention_factor is None:
+        attention_factor = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+    def dimension_of(num_rotations: float) -> float:
+        """The dimension that turns `num_rotations` times over the original context."""
+        original = config.rope_original_max_position_embeddings
+        return dim * math.log(original / (num_rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dimension_of(config.rope_beta_fast), dimension_of(config.rope_beta_slow)
+    if config.rope_truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    # dimensions below `low` rotate often enough to keep their frequency (extrapolate), those above `high`
+    # are interpolated (divided by the factor), and a linear ramp blends the ones between
+    ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / max(high - low, 0.001)).clamp(0, 1)
+    extrapolated = 1.0 / base**exponents
+    return extrapolated / factor * ramp + extrapolated * (1 - ramp), attention_factor
+
 
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding in the rotate-half layout (Qwen3's), with cos/sin precomputed for every
-    position up to the model's maximum so a step is one gather."""
-
-    def __init__(self, head_dim: int, max_position: int, base: float):
+    def __init__(self, config: ModelConfig):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
-        freqs = torch.outer(torch.arange(max_position, dtype=torch.float), inv_freq)
-        self.register_buffer("cos_sin", torch.cat([freqs.cos(), freqs.sin()], dim=-1), persistent=False)
+        inv_freq, scale = inverse_frequencies(config)
+        freqs = torch.outer(torch.arange(config.max_position_embeddings, dtype=torch.float), inv_freq)
+        cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1) * scale
+        self.register_buffer("cos_sin", cos_sin, persistent=False)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

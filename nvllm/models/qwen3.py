@@ -27,7 +27,7 @@ class Qwen3Attention(nn.Module):
         self.o_proj = RowParallelLinear(config.num_attention_heads * config.head_dim, config.hidden_size)
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+        self.rotary_emb = RotaryEmbedding(config)
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, meta: AttentionMetadata):

@@ -1,7 +1,8 @@
 """Weights into a model: from an HF safetensors checkpoint, or seeded random ones of the same names.
 
-Both are a stream of (HF parameter name, full tensor) fed through the same loader, which maps q/k/v and
-gate/up onto our packed parameters and lets each parameter take its own tensor-parallel slice.
+Both are a stream of (HF parameter name, full tensor, where it comes from) fed through the same loader,
+which checks each tensor's shape against the architecture's, maps q/k/v and gate/up onto our packed
+parameters and lets each parameter's module copy in its own tensor-parallel slice.
 """
 
 from __future__ import annotations
@@ -14,26 +15,35 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from nvllm.config import ModelConfig
 
+Tensors = Iterable[tuple[str, torch.Tensor, str]]  # (HF name, full tensor, its file or "random weights")
 
-def checkpoint_tensors(path: str) -> Iterator[tuple[str, torch.Tensor]]:
+
+def checkpoint_tensors(path: str) -> Iterator[tuple[str, torch.Tensor, str]]:
     """Every tensor of the checkpoint in `path`: the shards its index names, or every `*.safetensors`."""
     directory = Path(os.path.expanduser(path))
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted({directory / name for name in json.loads(index.read_text())["weight_map"].values()})
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, UnicodeError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{index}: not a safetensors index ({type(error).__name__}: {error})") from None
+        files = sorted({directory / name for name in weight_map.values()})
     else:
         files = sorted(directory.glob("*.safetensors"))
     if not files:
         raise ValueError(f"model.path={path!r} holds no *.safetensors files")
     for file in files:
-        with safe_open(str(file), framework="pt") as shard:
-            for name in shard.keys():
-                yield name, shard.get_tensor(name)
+        try:
+            with safe_open(str(file), framework="pt") as shard:
+                for name in shard.keys():
+                    yield name, shard.get_tensor(name), str(file)
+        except (OSError, SafetensorError) as error:  # truncated, corrupt, missing
+            raise ValueError(f"{file}: not a readable safetensors file ({error})") from None
 
 
 def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -76,44 +86,45 @@ def random_tensors(config: ModelConfig, seed: int, device: str = "cpu") -> Itera
         else:
             std = 1 / math.sqrt(config.hidden_size) if "embed" in name else 2 / math.sqrt(shape[1])
             tensor.normal_(0.0, std, generator=generator)
-        yield name, tensor
+        yield name, tensor, "random weights"
 
 
-def load_weights(model: nn.Module, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Copy each named tensor into its parameter (through its `weight_loader`); every parameter must be
-    written, so a checkpoint that lacks one, or a loader that skips one, is an error rather than noise."""
+def load_weights(model: nn.Module, tensors: Tensors, expected_shapes: dict[str, tuple[int, ...]]) -> None:
+    """Copy each named tensor into its parameter (through its module's `weight_loader` where it has one:
+    the tensor-parallel layers take their slice); every tensor must have the shape the architecture
+    expects (`expected_shapes`, unsharded), and every parameter must be written, so a checkpoint that
+    disagrees with its config, or a loader that skips a parameter, is an error rather than noise."""
     params = dict(model.named_parameters())
     packed = getattr(model, "packed_modules", {})
     loaded = set()
-    for name, tensor in tensors:
-        fragment = next((f for f in packed if f".{f}." in name), None)
-        if fragment is not None:
-            target, shard_id = packed[fragment]
-            param_name = name.replace(f".{fragment}.", f".{target}.")
-            param = params[param_name]
-            param.weight_loader(param, tensor, shard_id)
-            loaded.add((param_name, shard_id))
-            continue
-        param = params.get(name)
-        if param is None:
-            if name == "lm_head.weight":
+    for name, tensor, origin in tensors:
+        expected = expected_shapes.get(name)
+        if expected is None:
+            if name == "lm_head.weight" and name not in params:
                 continue  # tied to the embedding: the checkpoint stores it twice
-            raise ValueError(f"checkpoint tensor {name!r} has no parameter in {type(model).__name__}")
-        loader = getattr(param, "weight_loader", None)
+            raise ValueError(f"{origin}: tensor {name!r} has no parameter in {type(model).__name__}")
+        if tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"{origin}: tensor {name!r} has shape {tuple(tensor.shape)}; the config needs {expected}"
+            )
+        fragment = next((f for f in packed if f".{f}." in name), None)
+        shard_id = ()
+        if fragment is not None:
+            target, shard = packed[fragment]
+            name, shard_id = name.replace(f".{fragment}.", f".{target}."), (shard,)
+        param = params[name]
+        owner = model.get_submodule(name.rpartition(".")[0])
+        loader = getattr(owner, "weight_loader", None)
         if loader is not None:
-            loader(param, tensor)
+            loader(param, tensor, *shard_id)
         else:
-            if param.shape != tensor.shape:
-                raise ValueError(
-                    f"{name}: checkpoint shape {tuple(tensor.shape)} != model {tuple(param.shape)}"
-                )
             param.data.copy_(tensor)
-        loaded.add((name, None))
+        loaded.add((name, *shard_id))
     is_packed = {n: [s for t, s in packed.values() if f".{t}." in n] for n in params}
-    expected = {(n, s) for n, shards in is_packed.items() for s in shards} | {
-        (n, None) for n, shards in is_packed.items() if not shards
+    required = {(n, s) for n, shards in is_packed.items() for s in shards} | {
+        (n,) for n, shards in is_packed.items() if not shards
     }
-    missing = sorted(str(m) for m in expected - loaded)
+    missing = sorted(str(m) for m in required - loaded)
     if missing:
         raise ValueError(
             f"weights missing from the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}"

@@ -1,0 +1,59 @@
+"""What one rank's model and KV cache take in memory, known before anything is allocated, so that a model
+too large for the machine is refused with the numbers instead of being killed for memory minutes later."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from nvllm.config import EngineConfig
+from nvllm.models.weights import hf_parameter_shapes
+
+GIB = 2**30
+
+
+def kv_bytes_per_block(config: EngineConfig, dtype: torch.dtype) -> int:
+    """Bytes of K and V for one block of every layer, on one rank (its share of the KV heads)."""
+    model, tp = config.model, config.parallel.tensor_parallel_size
+    per_layer = 2 * config.cache.block_size * (model.num_key_value_heads // tp) * model.head_dim
+    return per_layer * model.num_hidden_layers * dtype.itemsize
+
+
+def weight_bytes(config: EngineConfig, dtype: torch.dtype) -> int:
+    """Bytes of one rank's weights: an even share of the sharded ones (all but the norms, which are small)."""
+    numel = sum(math.prod(shape) for shape in hf_parameter_shapes(config.model).values())
+    return numel * dtype.itemsize // config.parallel.tensor_parallel_size
+
+
+def available_bytes(device: str) -> int | None:
+    """Memory free for a new allocation on `device` (None where it cannot be read)."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    kib = next((line.split()[1] for line in meminfo.splitlines() if line.startswith("MemAvailable:")), None)
+    return int(kib) * 1024 if kib is not None else None
+
+
+def check_fits(config: EngineConfig, dtype: torch.dtype, device: str) -> None:
+    """Raise a ValueError with the numbers when the weights and the KV cache the config asks for (on the
+    CPU its budget, elsewhere a fixed `cache.num_blocks` if set) cannot fit in what `device` has free."""
+    available = available_bytes(device)
+    if available is None:
+        return
+    weights = weight_bytes(config, dtype)
+    kv = 0
+    if config.cache.num_blocks is not None:
+        kv = config.cache.num_blocks * kv_bytes_per_block(config, dtype)
+    elif not device.startswith("cuda"):
+        kv = int(config.cache.cpu_memory_gib * GIB)
+    if weights + kv > available:
+        raise ValueError(
+            f"{config.model.name} needs {weights / GIB:.1f} GiB of weights ({config.model.dtype}) and "
+            f"{kv / GIB:.1f} GiB of KV cache per rank, but {device} has {available / GIB:.1f} GiB free: "
+            "choose a smaller model, a smaller cache (cache.num_blocks, cache.cpu_memory_gib) or more ranks"
+        )

@@ -1,0 +1,119 @@
+"""A Hugging Face checkpoint's `config.json` as a `ModelConfig`. Every field that would change the model is
+either honoured or refused by name: a checkpoint never runs as a different model than the one it holds."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nvllm.config import ModelConfig, to_dataclass
+
+ARCHITECTURE_KEYS = (  # read as they are; each must be there
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+OPTIONAL_KEYS = ("head_dim", "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings")
+# the RoPE scalings implemented (nvllm.layers.rotary), each with the keys it reads
+ROPE_KEYS = {
+    "default": set(),
+    "yarn": {
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "truncate",
+    },
+}
+
+
+def unsupported_settings(hf: dict) -> list[str]:
+    """Settings that change the model in ways this engine does not implement."""
+    problems = []
+    if hf.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act={hf['hidden_act']!r} (only silu)")
+    if hf.get("attention_bias"):
+        problems.append("attention_bias=true (Qwen3 has none)")
+    if hf.get("use_sliding_window"):
+        problems.append("use_sliding_window=true (only full attention)")
+    if any(layer != "full_attention" for layer in hf.get("layer_types") or []):
+        problems.append(f"layer_types {sorted(set(hf['layer_types']))} (only full_attention)")
+    if hf.get("quantization_config"):
+        problems.append("quantization_config (only unquantized weights)")
+    return problems
+
+
+def rope_settings(hf: dict) -> dict[str, Any]:
+    """`ModelConfig`'s RoPE fields from either layout: transformers 5's `rope_parameters` (theta, type and
+    scaling together) or transformers 4's top-level `rope_theta` beside a `rope_scaling` dict."""
+    parameters = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+    theta = parameters.pop("rope_theta", hf.get("rope_theta", ModelConfig.rope_theta))
+    rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
+    if rope_type not in ROPE_KEYS:
+        raise ValueError(f"rope_type={rope_type!r} is not supported (supported: {sorted(ROPE_KEYS)})")
+    if parameters.pop("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("partial_rotary_factor != 1 is not supported (RoPE over the whole head)")
+    unknown = sorted(set(parameters) - ROPE_KEYS[rope_type])
+    if unknown:
+        raise ValueError(f"RoPE setting(s) {unknown} of rope_type={rope_type!r} are not supported")
+    settings = {"rope_theta": float(theta), "rope_scaling": rope_type}
+    if rope_type == "yarn":
+        if parameters.get("original_max_position_embeddings") is None or parameters.get("factor") is None:
+            raise ValueError("yarn RoPE needs factor and original_max_position_embeddings")
+        renamed = {
+            "factor": "rope_scaling_factor",
+            "original_max_position_embeddings": "rope_original_max_position_embeddings",
+            "beta_fast": "rope_beta_fast",
+            "beta_slow": "rope_beta_slow",
+            "attention_factor": "rope_attention_factor",
+            "truncate": "rope_truncate",
+        }
+        settings.update({renamed[key]: value for key, value in parameters.items() if value is not None})
+    return settings
+
+
+def read_config_json(config_file: Path) -> dict:
+    try:
+        hf = json.loads(config_file.read_text())
+    except (OSError, UnicodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{config_file}: not a readable JSON config ({error})") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{config_file}: a config must be a JSON object")
+    return hf
+
+
+def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelConfig:
+    """The architecture of the checkpoint in `path` (from its `config.json`); dtype and the like kept from
+    `base`."""
+    path = os.path.expanduser(path)
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"model.path={path!r} has no config.json")
+    hf = read_config_json(config_file)
+    missing = [key for key in ARCHITECTURE_KEYS if hf.get(key) is None]
+    if missing:
+        raise ValueError(f"{config_file}: missing {missing}")
+    problems = unsupported_settings(hf)
+    if problems:
+        raise ValueError(f"{config_file}: unsupported model settings: {'; '.join(problems)}")
+    try:
+        rope = rope_settings(hf)
+    except ValueError as error:
+        raise ValueError(f"{config_file}: {error}") from None
+    values = {key: hf[key] for key in (*ARCHITECTURE_KEYS, *OPTIONAL_KEYS) if hf.get(key) is not None}
+    values.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+    eos = hf.get("eos_token_id")
+    if eos is not None:
+        values["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
+    values.update(rope, name=Path(path).name, path=path)
+    values["architecture"] = (hf.get("architectures") or [ModelConfig.architecture])[0]
+    try:
+        return to_dataclass(ModelConfig, values, base or ModelConfig())
+    except ValueError as error:
+        raise ValueError(f"{config_file}: {error}") from None
