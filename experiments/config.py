@@ -107,14 +107,16 @@ def writable(cls: type) -> type:
     return dataclasses.make_dataclass(cls.__name__, specs)
 
 
-def _run_schema() -> type:
-    """The whole composed config: the engine's groups plus the workload, wandb and the runner."""
-    extra = [
+# The whole composed config: the engine's groups (writable copies) plus the workload, wandb and the runner.
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    [
         ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
-    ]
-    return dataclasses.make_dataclass("RunConfig", extra, bases=(writable(EngineConfig),))
+    ],
+    bases=(writable(EngineConfig),),
+)
 
 
 def register_configs() -> None:
@@ -125,14 +127,10 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
-    store.store(name="run_schema", node=_run_schema())
-    groups: dict[str, Any] = {
-        spec.name: writable(typing.get_type_hints(EngineConfig)[spec.name])
-        for spec in fields(EngineConfig)
-        if dataclasses.is_dataclass(typing.get_type_hints(EngineConfig)[spec.name])
-    }
-    groups.update(workload=WorkloadConfig, wandb=WandbConfig)
-    for group, schema in groups.items():
-        store.store(group=group, name="schema", node=schema)
+    store.store(name="run_schema", node=RunConfig)
+    hints = typing.get_type_hints(RunConfig)
+    for group, schema in hints.items():
+        if dataclasses.is_dataclass(schema) and group != "runner":
+            store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

@@ -12,7 +12,8 @@ from tqdm.auto import tqdm
 from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.graph_runner import decode_capture_sizes
-from nvllm.engine.model_runner import ModelRunner
+from nvllm.engine.memory import check_fits
+from nvllm.engine.model_runner import DTYPES, ModelRunner
 from nvllm.engine.scheduler import ScheduledBatch, Scheduler
 from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
@@ -56,6 +57,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig):
         self.config = config = resolve(config)
         model_class(config.model.architecture)  # an unsupported architecture fails before any loading
+        check_fits(config, DTYPES[config.model.dtype], config.device)  # as does a model too large
         start = time.perf_counter()
         self.tokenizer = load_tokenizer(config.model.path)
         self.model_runner = self._make_model_runner()

@@ -41,7 +41,9 @@ def available_bytes(device: str) -> int | None:
 
 def check_fits(config: EngineConfig, dtype: torch.dtype, device: str) -> None:
     """Raise a ValueError with the numbers when the weights and the KV cache the config asks for (on the
-    CPU its budget, elsewhere a fixed `cache.num_blocks` if set) cannot fit in what `device` has free."""
+    CPU its budget, elsewhere a fixed `cache.num_blocks` if set) cannot fit in what `device` has free.
+    Called once, before any rank starts: on the CPU every rank's share is counted (they share the host's
+    memory); a GPU holds one rank's, and the ranks' GPUs are taken to be alike."""
     available = available_bytes(device)
     if available is None:
         return
@@ -51,9 +53,11 @@ def check_fits(config: EngineConfig, dtype: torch.dtype, device: str) -> None:
         kv = config.cache.num_blocks * kv_bytes_per_block(config, dtype)
     elif not device.startswith("cuda"):
         kv = int(config.cache.cpu_memory_gib * GIB)
-    if weights + kv > available:
+    ranks_here = 1 if device.startswith("cuda") else config.parallel.tensor_parallel_size
+    if (weights + kv) * ranks_here > available:
+        ranks = f" on each of {ranks_here} ranks" if ranks_here > 1 else " per rank"
         raise ValueError(
             f"{config.model.name} needs {weights / GIB:.1f} GiB of weights ({config.model.dtype}) and "
-            f"{kv / GIB:.1f} GiB of KV cache per rank, but {device} has {available / GIB:.1f} GiB free: "
+            f"{kv / GIB:.1f} GiB of KV cache{ranks}, but {device} has {available / GIB:.1f} GiB free: "
             "choose a smaller model, a smaller cache (cache.num_blocks, cache.cpu_memory_gib) or more ranks"
         )

@@ -16,7 +16,7 @@ from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min
 from nvllm.engine.block_manager import blocks_for
 from nvllm.engine.compiled_model import CompiledModel
 from nvllm.engine.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
-from nvllm.engine.memory import check_fits, kv_bytes_per_block
+from nvllm.engine.memory import kv_bytes_per_block
 from nvllm.engine.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.layers.attention import Attention
 from nvllm.models import model_class
@@ -71,7 +71,6 @@ class ModelRunner:
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
-        check_fits(config, self.dtype, self.device)
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start

@@ -16,9 +16,13 @@ ARCHITECTURE_KEYS = (  # read as they are; each must be there
     "intermediate_size",
     "num_hidden_layers",
     "num_attention_heads",
-    "num_key_value_heads",
 )
-OPTIONAL_KEYS = ("head_dim", "rms_norm_eps", "tie_word_embeddings", "max_position_embeddings")
+# What transformers' Qwen3Config takes for a key the file leaves out: the checkpoint holds the model built
+# with these, not with ModelConfig's defaults (Qwen3-0.6B's: tied embeddings, theta 1e6). Derived when left
+# out: num_key_value_heads (one per query head, as there) and head_dim (hidden_size / heads, where
+# transformers takes 128: tensors shaped for either are checked against it, so a mismatch is an error).
+QWEN3_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position_embeddings": 32768}
+QWEN3_DEFAULT_ROPE_THETA = 10000.0
 # the RoPE scalings implemented (nvllm.layers.rotary), each with the keys it reads
 ROPE_KEYS = {
     "default": set(),
@@ -53,16 +57,25 @@ def rope_settings(hf: dict) -> dict[str, Any]:
     """`ModelConfig`'s RoPE fields from either layout: transformers 5's `rope_parameters` (theta, type and
     scaling together) or transformers 4's top-level `rope_theta` beside a `rope_scaling` dict."""
     parameters = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
-    theta = parameters.pop("rope_theta", hf.get("rope_theta", ModelConfig.rope_theta))
     rope_type = parameters.pop("rope_type", parameters.pop("type", "default"))
     if rope_type not in ROPE_KEYS:
         raise ValueError(f"rope_type={rope_type!r} is not supported (supported: {sorted(ROPE_KEYS)})")
-    if parameters.pop("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError("partial_rotary_factor != 1 is not supported (RoPE over the whole head)")
+
+    def first_set(*values: Any) -> Any:
+        return next(value for value in values if value is not None)
+
+    # transformers reads these top-level keys too: theta and the rotated fraction where the RoPE parameters
+    # leave them out, and a scaling's original context length over theirs
+    theta = first_set(parameters.pop("rope_theta", None), hf.get("rope_theta"), QWEN3_DEFAULT_ROPE_THETA)
+    rotated = first_set(parameters.pop("partial_rotary_factor", None), hf.get("partial_rotary_factor"), 1.0)
+    if rotated != 1.0:
+        raise ValueError(f"partial_rotary_factor={rotated} is not supported (RoPE over the whole head)")
+    if rope_type != "default" and hf.get("original_max_position_embeddings") is not None:
+        parameters["original_max_position_embeddings"] = hf["original_max_position_embeddings"]
     unknown = sorted(set(parameters) - ROPE_KEYS[rope_type])
     if unknown:
         raise ValueError(f"RoPE setting(s) {unknown} of rope_type={rope_type!r} are not supported")
-    settings = {"rope_theta": float(theta), "rope_scaling": rope_type}
+    settings = {"rope_theta": theta, "rope_scaling": rope_type}
     if rope_type == "yarn":
         if parameters.get("original_max_position_embeddings") is None or parameters.get("factor") is None:
             raise ValueError("yarn RoPE needs factor and original_max_position_embeddings")
@@ -106,8 +119,10 @@ def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelCo
         rope = rope_settings(hf)
     except ValueError as error:
         raise ValueError(f"{config_file}: {error}") from None
-    values = {key: hf[key] for key in (*ARCHITECTURE_KEYS, *OPTIONAL_KEYS) if hf.get(key) is not None}
+    present = (*ARCHITECTURE_KEYS, *QWEN3_DEFAULTS, "head_dim", "num_key_value_heads")
+    values = {**QWEN3_DEFAULTS, **{key: hf[key] for key in present if hf.get(key) is not None}}
     values.setdefault("head_dim", hf["hidden_size"] // hf["num_attention_heads"])
+    values.setdefault("num_key_value_heads", hf["num_attention_heads"])
     eos = hf.get("eos_token_id")
     if eos is not None:
         values["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
