@@ -3,52 +3,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from collections.abc import Sequence as SequenceLike
 
-import torch
 from tqdm.auto import tqdm
 
 from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.graph_runner import decode_capture_sizes
+from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.memory import check_fits
 from nvllm.engine.model_runner import DTYPES, ModelRunner
+from nvllm.engine.requests import Prompt, check_request, paired, token_ids_of
 from nvllm.engine.scheduler import ScheduledBatch, Scheduler
 from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
 from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
-from nvllm.sampling_params import SamplingParams, is_integer
+from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer import load_tokenizer
 
 logger = logging.getLogger("nvllm")
 
-Prompt = str | list[int]
-
 
 def tokens_per_second(num_tokens: int, seconds: float) -> float:
     return num_tokens / seconds if seconds > 0 else 0.0
-
-
-class LaunchedBatch:
-    """A batch queued on the device: its sampled tokens there (`[padded rows, steps]`) and, on CUDA, their
-    copy to pinned host memory, under way."""
-
-    def __init__(self, batch: ScheduledBatch, tokens: torch.Tensor):
-        self.batch, self._host, self._copied = batch, tokens, None
-        if tokens.is_cuda:
-            self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            self._host.copy_(tokens, non_blocking=True)
-            self._copied = torch.cuda.Event()
-            self._copied.record()
-
-    def sampled_tokens(self) -> list[list[int]]:
-        """For each of `batch.sampled_seqs`, its tokens (waits for their copy only, not for work launched
-        after it)."""
-        if self._copied is not None:
-            self._copied.synchronize()
-        return self._host[: len(self.batch.sampled_seqs)].tolist()
 
 
 class LLMEngine:
@@ -107,50 +85,12 @@ class LLMEngine:
         return ModelRunner(self.config)
 
     # ---- requests -----------------------------------------------------------------------------------
-    def _tokenize(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            try:
-                prompt.encode("utf-8")  # what the tokenizer needs (a lone surrogate has no UTF-8)
-            except UnicodeError as error:
-                raise ValueError(f"prompt {prompt!r} is not valid Unicode text: {error}") from None
-            return self.tokenizer.encode(prompt)
-        if isinstance(prompt, (list, tuple)) or (
-            hasattr(prompt, "__len__") and hasattr(prompt, "__getitem__")
-        ):
-            # numpy integers (a prompt given as an array) are token ids too; validate() rejects other types
-            return [int(t) if is_integer(t) else t for t in prompt]
-        raise ValueError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
-
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
         """Reject a request the engine could never serve, before it changes any state."""
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"expected SamplingParams, got {type(params).__name__}")
-        params.validate()  # again: its fields may have been set after it was built
-        if not token_ids:
-            raise ValueError("empty prompt: a request needs at least one token")
-        not_integers = [t for t in token_ids if not is_integer(t)]
-        if not_integers:
-            raise ValueError(f"token ids must be integers, got {not_integers[:5]}")
-        vocab_size = self.config.model.vocab_size
-        bad = [t for t in token_ids if not 0 <= t < vocab_size]
-        if bad:
-            raise ValueError(f"token id(s) {bad[:5]} outside the vocabulary [0, {vocab_size})")
-        max_model_len = self.config.scheduler.max_model_len
-        if len(token_ids) >= max_model_len:  # prompt and output together hold at most max_model_len tokens
-            raise ValueError(
-                f"prompt of {len(token_ids)} tokens leaves no room for output within "
-                f"max_model_len={max_model_len} (prompt + output tokens)"
-            )
-        longest = min(len(token_ids) + params.max_tokens, max_model_len)
-        blocks_needed, num_blocks = self.block_manager.blocks_for(longest), self.block_manager.num_blocks
-        if blocks_needed > num_blocks:
-            raise ValueError(
-                f"a request of up to {longest} tokens needs {blocks_needed} KV blocks but the cache has "
-                f"{num_blocks}: raise cache.num_blocks or the memory budget"
-            )
+        check_request(token_ids, params, self.config, self.block_manager)
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
-        token_ids = self._tokenize(prompt)
+        token_ids = token_ids_of(prompt, self.tokenizer)
         self.validate(token_ids, sampling_params)
         return self._enqueue(token_ids, sampling_params)
 
@@ -229,28 +169,11 @@ class LLMEngine:
             return self._generate(prompts, sampling_params, use_tqdm)
 
     def _generate(self, prompts, sampling_params, use_tqdm: bool) -> list[dict]:
-        if isinstance(prompts, str) or prompts is None or not isinstance(prompts, Iterable):
-            raise ValueError(
-                f"prompts must be a list of strings or token-id lists, got {type(prompts).__name__}"
-            )
-        prompts = list(prompts)  # a generator or an array too
-        if prompts and is_integer(prompts[0]):
-            raise ValueError("prompts must be a list of strings or token-id lists, not one list of token ids")
-        if isinstance(sampling_params, SamplingParams):
-            sampling_params = [sampling_params] * len(prompts)
-        elif isinstance(sampling_params, Iterable) and not isinstance(sampling_params, str):
-            sampling_params = list(sampling_params)
-            if len(sampling_params) != len(prompts):
-                raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
-        else:
-            raise ValueError(
-                f"expected SamplingParams or a list of them, got {type(sampling_params).__name__}"
-            )
-        requests = [(self._tokenize(p), sp) for p, sp in zip(prompts, sampling_params)]
+        requests = [(token_ids_of(p, self.tokenizer), sp) for p, sp in paired(prompts, sampling_params)]
         for token_ids, params in requests:  # all checked before any is queued
             self.validate(token_ids, params)
-        seqs = [self._enqueue(token_ids, params) for token_ids, params in requests]
         try:
+            seqs = [self._enqueue(token_ids, params) for token_ids, params in requests]
             self._run_until_done(len(seqs), use_tqdm)
         finally:
             self.abort_all()
