@@ -12,7 +12,6 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -93,7 +92,9 @@ def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:
 
 @cache
 def writable(cls: type) -> type:
-    """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas."""
+    """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas. It is kept
+    in this module as `Writable<cls>`: a composed config refers to its schemas' classes, and a launcher that
+    pickles a job's config (joblib, submitit) finds them there again by name."""
     hints = typing.get_type_hints(cls)
     specs = []
     for spec in fields(cls):
@@ -104,7 +105,10 @@ def writable(cls: type) -> type:
             specs.append((spec.name, hints[spec.name], field(default_factory=spec.default_factory)))
         else:
             specs.append((spec.name, hints[spec.name], field(default=spec.default)))
-    return dataclasses.make_dataclass(cls.__name__, specs)
+    schema = dataclasses.make_dataclass(f"Writable{cls.__name__}", specs)
+    schema.__module__ = __name__
+    globals()[schema.__name__] = schema
+    return schema
 
 
 # The whole composed config: the engine's groups (writable copies) plus the workload, wandb and the runner.
@@ -117,6 +121,7 @@ RunConfig = dataclasses.make_dataclass(
     ],
     bases=(writable(EngineConfig),),
 )
+RunConfig.__module__ = __name__
 
 
 def register_configs() -> None:
@@ -128,8 +133,8 @@ def register_configs() -> None:
 
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
-    hints = typing.get_type_hints(RunConfig)
-    for group, schema in hints.items():
+    for group, schema in typing.get_type_hints(RunConfig).items():
+        # the runner is no group of options: each experiment names its own
         if dataclasses.is_dataclass(schema) and group != "runner":
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():

@@ -20,9 +20,11 @@ from experiments.config import register_configs
 
 
 def config_dir() -> Path:
-    """Hydra's `conf/`: at the top of a checkout, or inside an installed wheel (as `experiments/conf`)."""
-    checkout = Path(__file__).resolve().parent.parent / "conf"
-    return checkout if checkout.is_dir() else Path(str(resources.files("experiments") / "conf"))
+    """Hydra's `conf/`: inside an installed wheel (as `experiments/conf`), else at the top of the checkout.
+    The wheel's copy is looked for first: an installed package's parent is site-packages, where a `conf`
+    directory may belong to anything."""
+    installed = Path(str(resources.files("experiments") / "conf"))
+    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "conf"
 
 
 CONF_DIR = config_dir()

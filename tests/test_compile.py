@@ -54,6 +54,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             batch_inputs = compiled.inputs.prefill(batch)
             compiled_logits = compiled.model_runner.forward(batch_inputs)
             compiled.abort_all()
+        assert torch_settings() == settings_before  # and after it shut down
         eager_logits = eager_runner.forward(batch_inputs)
         torch.testing.assert_close(compiled_logits, eager_logits, atol=1e-4, rtol=1e-4)
 

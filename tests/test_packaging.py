@@ -2,6 +2,7 @@
 Python API and `python -m nvllm.run` outside the checkout."""
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -23,8 +24,16 @@ def test_the_library_imports_neither_hydra_nor_the_harness():
 
 
 def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
+    # built from a copy of the sources: setuptools builds in the source tree, and a checkout's stale
+    # build/lib (a module since deleted or renamed) would land in the wheel and hide a missing file
+    source = tmp_path / "source"
+    for part in ("nvllm", "experiments", "conf"):
+        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, source / part)
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", "dist"]
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", str(REPO), "-w", "dist"],
+        [*pip_wheel, str(source)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
