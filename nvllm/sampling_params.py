@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-import math
 import numbers
+import sys
 from dataclasses import dataclass
 
 # Temperatures below this sample greedily: dividing logits by a smaller one overflows float32 (a logit of 40
@@ -36,10 +36,12 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        """Raise a ValueError naming the first field that is wrong."""
+        """Raise a ValueError naming the first field that is wrong; then hold the numbers as Python's (NumPy
+        scalars overflow in the engine's arithmetic, an np.int32 max_tokens plus a prompt's length, and
+        torch.Generator.manual_seed refuses them). The values do not change."""
         if not is_integer(self.max_tokens) or self.max_tokens < 1:
             raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1")
-        if not is_real(self.temperature) or not 0 <= self.temperature < math.inf:  # NaN fails too
+        if not is_real(self.temperature) or not 0 <= self.temperature <= sys.float_info.max:  # NaN too
             raise ValueError(
                 f"temperature={self.temperature!r} must be a finite number >= 0 (0 means greedy)"
             )
@@ -51,6 +53,9 @@ class SamplingParams:
             raise ValueError(f"ignore_eos={self.ignore_eos!r} must be True or False")
         if self.seed is not None and (not is_integer(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed={self.seed!r} must be None or an integer in [0, 2**64)")
+        self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
+        self.temperature, self.top_p = float(self.temperature), float(self.top_p)
+        self.seed = None if self.seed is None else int(self.seed)
 
     @property
     def is_greedy(self) -> bool:

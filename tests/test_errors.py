@@ -29,6 +29,14 @@ def expected(llm):
     return llm.generate(GOOD_PROMPTS, GREEDY, use_tqdm=False)
 
 
+@pytest.fixture(autouse=True)
+def no_leftovers(request):
+    """A case that fails (leaving a request queued, say) fails alone rather than every case after it."""
+    yield
+    if "llm" in request.fixturenames:
+        request.getfixturevalue("llm").abort_all()
+
+
 def assert_still_serves(llm, expected):
     manager = llm.block_manager
     assert not llm.scheduler.running and not llm.scheduler.waiting
@@ -52,7 +60,13 @@ def assert_still_serves(llm, expected):
         ([5, TINY_VOCAB_SIZE], 4, rf"\[{TINY_VOCAB_SIZE}\] outside the vocabulary \[0, {TINY_VOCAB_SIZE}\)"),
         ([5, 6.0], 4, r"token ids must be integers, got \[6.0\]"),
         (torch.tensor([5, 6]), 4, r"token ids must be integers, got \[tensor\(5\), tensor\(6\)\]"),
+        (b"abc", 4, "a prompt must be a string or a list of token ids, got bytes"),
+        (iter([5, 6]), 4, "a prompt must be a string or a list of token ids, got list_iterator"),
+        (np.array(5), 4, "a prompt must be a string or a list of token ids, got ndarray with 0 dimensions"),
+        (np.array([[5, 6]]), 4, "got ndarray with 2 dimensions"),
         (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7"),
+        # an np.int32 that a prompt's length would overflow: max_tokens is held as a Python int
+        (random_prompt(20, seed=303), np.int32(2**31 - 1), "up to 32 tokens needs 8 KV blocks"),
     ],
     ids=[
         "too-long",
@@ -66,7 +80,12 @@ def assert_still_serves(llm, expected):
         "id-past-vocab",
         "float-id",
         "tensor-ids",
+        "bytes",
+        "iterator",
+        "0-d-array",
+        "2-d-array",
         "more-kv-than-cache",
+        "int32-max-tokens",
     ],
 )
 def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message):
@@ -88,6 +107,7 @@ def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max
         (dict(temperature=-0.5), "temperature=-0.5 must be a finite number >= 0"),
         (dict(temperature=float("nan")), "temperature=nan must be a finite number >= 0"),
         (dict(temperature=float("inf")), "temperature=inf must be a finite number >= 0"),
+        (dict(temperature=10**400), "temperature=10{400} must be a finite number >= 0"),  # past a float
         (dict(temperature="0.5"), "temperature='0.5' must be a finite number >= 0"),
         (dict(temperature=None), "temperature=None must be a finite number >= 0"),
         (dict(top_p=0.0), r"top_p=0.0 must be a number in \(0, 1\]"),
@@ -119,7 +139,16 @@ def test_a_field_set_after_construction_is_checked_before_anything_is_queued(llm
 
 def test_numpy_integers_are_integers(llm, expected):
     assert llm.generate([np.array(p) for p in GOOD_PROMPTS], GREEDY, use_tqdm=False) == expected
-    assert SamplingParams(top_k=np.int64(5), max_tokens=np.int32(3), seed=np.uint64(2**63)).top_k == 5
+    numpy_params = SamplingParams(top_k=np.int64(5), max_tokens=np.int32(4), seed=np.uint64(2**63))
+    python_params = SamplingParams(top_k=5, max_tokens=4, seed=2**63)
+    assert llm.generate(GOOD_PROMPTS, numpy_params, use_tqdm=False) == llm.generate(
+        GOOD_PROMPTS, python_params, use_tqdm=False
+    )
+    numpy_params.seed, python_params.seed = np.int64(7), 7  # set after construction: checked when submitted
+    assert llm.generate(GOOD_PROMPTS, numpy_params, use_tqdm=False) == llm.generate(
+        GOOD_PROMPTS, python_params, use_tqdm=False
+    )
+    assert_still_serves(llm, expected)
 
 
 def test_prompts_as_a_generator_or_a_2d_array(llm, expected):

@@ -234,13 +234,24 @@ def test_eos_finishes_unless_ignored():
     assert scheduler.block_manager.num_free_blocks == 8
 
 
-def test_max_model_len_stops_generation():
+# 6 leaves no room for output: the engine refuses such a prompt, and the scheduler holds the limit too
+@pytest.mark.parametrize("prompt_len", [4, 5, 6])
+def test_max_model_len_stops_generation(prompt_len):
     scheduler = bare_scheduler(num_blocks=8, max_model_len=6)
-    seq = Sequence([1, 2, 3, 4], SamplingParams(max_tokens=50))
+    seq = Sequence(list(range(1, prompt_len + 1)), SamplingParams(max_tokens=50))
     scheduler.add(seq)
     while not scheduler.is_finished():
         run_step(scheduler)
     assert seq.host_len == 6 and seq.is_finished
+
+
+def test_no_sequence_grows_past_max_model_len(reference):
+    """prompt + output <= max_model_len, whether a prefill, a decode round or an overlapped one reaches it."""
+    max_model_len = reference.config.scheduler.max_model_len
+    prompts = [random_prompt(max_model_len - room, seed=150 + room) for room in (1, 2, 5, 21)]
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    outputs = reference.generate(prompts, params, use_tqdm=False)
+    assert [len(o["token_ids"]) for o in outputs] == [1, 2, 5, 21]
 
 
 def test_a_prompt_chunk_never_leaves_a_single_token_for_decode():

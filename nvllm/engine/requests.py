@@ -41,9 +41,13 @@ def token_ids_of(prompt: Any, tokenizer) -> list[int]:
         except UnicodeError as error:
             raise ValueError(f"prompt {prompt!r} is not valid Unicode text: {error}") from None
         return tokenizer.encode(prompt)
-    if hasattr(prompt, "__len__") and hasattr(prompt, "__getitem__"):  # a list, tuple or array
-        return [int(t) if is_integer(t) else t for t in prompt]
-    raise ValueError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+    # a list, a tuple, or an array or tensor of one row; bytes are a sequence of ints, but of text
+    is_sized_sequence = hasattr(prompt, "__len__") and hasattr(prompt, "__getitem__")
+    num_dims = getattr(prompt, "ndim", 1)
+    if not is_sized_sequence or isinstance(prompt, (bytes, bytearray)) or num_dims != 1:
+        kind = type(prompt).__name__ + (f" with {num_dims} dimensions" if num_dims != 1 else "")
+        raise ValueError(f"a prompt must be a string or a list of token ids, got {kind}")
+    return [int(t) if is_integer(t) else t for t in prompt]
 
 
 def check_request(

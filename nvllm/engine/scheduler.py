@@ -222,7 +222,7 @@ class Scheduler:
         """How many of `new_tokens`, sampled after the sequence's first `length` tokens, it takes (up to
         and including the first that stops it: an EOS unless ignored, its `max_tokens`-th token, or the one
         that makes it `max_model_len` long), and whether one did."""
-        stop_at = max(1, self._tokens_left(seq, length))  # a sequence at a limit still takes the token it got
+        stop_at = self._tokens_left(seq, length)  # 0 at max_model_len: the token it got would pass it
         if not seq.sampling_params.ignore_eos and self.eos_token_id in new_tokens:
             stop_at = min(stop_at, new_tokens.index(self.eos_token_id) + 1)
         return min(stop_at, len(new_tokens)), stop_at <= len(new_tokens)
