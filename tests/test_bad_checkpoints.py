@@ -2,6 +2,7 @@
 tensor and what is wrong: RoPE in transformers 4's and 5's layouts (YaRN included) against transformers
 itself, a table of broken checkpoints, one line each, and models too large for the machine."""
 
+import copy
 import json
 import shutil
 import time
@@ -126,8 +127,9 @@ def test_rope_settings_compute_what_transformers_computes(base_checkpoint, tmp_p
 )
 def test_yarn_frequencies_are_transformers(hf_config):
     shape = {"hidden_size": 256, "num_attention_heads": 2, "head_dim": 128, "max_position_embeddings": 8192}
-    reference, reference_scale = ROPE_INIT_FUNCTIONS["yarn"](Qwen3Config(**shape, **hf_config), "cpu")
     inv_freq, scale = inverse_frequencies(ModelConfig(head_dim=128, **rope_settings({**shape, **hf_config})))
+    hf = Qwen3Config.from_dict(copy.deepcopy({**shape, **hf_config}))  # as from_pretrained; it edits dicts
+    reference, reference_scale = ROPE_INIT_FUNCTIONS["yarn"](hf, "cpu")
     torch.testing.assert_close(inv_freq, reference, rtol=1e-6, atol=0)
     assert scale == pytest.approx(reference_scale, rel=1e-12)
 
@@ -159,8 +161,18 @@ def truncated(directory: Path) -> None:
     file.write_bytes(file.read_bytes()[:1000])
 
 
-def malformed_config(directory: Path) -> None:
-    (directory / "config.json").write_text('{"hidden_size": 128,')
+def written(name: str, text: str):
+    def change(directory: Path) -> None:
+        (directory / name).write_text(text)
+
+    return change
+
+
+def removed(name: str):
+    def change(directory: Path) -> None:
+        (directory / name).unlink()
+
+    return change
 
 
 K_PROJ = "model.layers.0.self_attn.k_proj.weight"
@@ -168,6 +180,7 @@ Q_PROJ = "model.layers.2.self_attn.q_proj.weight"
 O_PROJ = "model.layers.1.self_attn.o_proj.weight"
 DOWN_PROJ = "model.layers.3.mlp.down_proj.weight"
 EMBED = "model.embed_tokens.weight"
+INDEX = "model.safetensors.index.json"
 
 BROKEN = [  # (id, config.json changes, change to the files, the error's message)
     ("rope-type", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, None, "rope_type='dynamic'"),
@@ -203,7 +216,21 @@ BROKEN = [  # (id, config.json changes, change to the files, the error's message
     ("quantized", {"quantization_config": {"quant_method": "fp8"}}, None, "quantization_config"),
     ("no-hidden-size", {"hidden_size": None}, None, r"config.json: missing \['hidden_size'\]"),
     ("typed", {"num_hidden_layers": "4"}, None, "num_hidden_layers='4' must be int"),
-    ("malformed-json", None, malformed_config, "config.json: not a readable JSON config"),
+    (
+        "malformed-json",
+        None,
+        written("config.json", '{"hidden_size": 128,'),
+        "config.json: not a readable JSON",
+    ),
+    ("no-config", None, removed("config.json"), "has no config.json"),
+    ("no-weights", None, removed("model.safetensors"), r"holds no \*.safetensors files"),
+    ("bad-index", None, written(INDEX, "[]"), f"{INDEX}: not a safetensors index"),
+    (
+        "index-names-a-missing-file",
+        None,
+        written(INDEX, json.dumps({"weight_map": {EMBED: "other.safetensors"}})),
+        "other.safetensors: not a readable safetensors file",
+    ),
     ("truncated", None, truncated, "model.safetensors: not a readable safetensors file"),
     (
         "k-proj-broadcasts",
@@ -293,10 +320,10 @@ def test_a_tensor_parallel_rank_names_the_broken_tensor(base_checkpoint, tmp_pat
         (
             {},
             3,
-            r"qwen3-8b needs 30.5 GiB of weights \(float32\) and 2.0 GiB of KV cache per rank, but cpu has 3.0",
+            r"qwen3-8b needs 30.5 GiB of weights \(float32\) and 2.0 GiB of KV cache per rank, but cpu has 3",
         ),
         (
-            dict(num_kvcache_blocks=100),
+            dict(num_kvcache_blocks=50),
             33,
             r"30.5 GiB of weights \(float32\) and 3.5 GiB of KV cache per rank",
         ),
