@@ -40,7 +40,7 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             assert counters["aot_autograd"]["total"] == 1, "traced more than once (a restarted analysis)"
             # the engine skips decode's guards once warmed up; evaluate them here, so that a batch shape
             # the padding failed to cover shows up as a recompile instead of running unchecked
-            compiled.model_runner.compiled_model.trust_decode_guards = False
+            compiled.model_runner.trust_decode_guards = False
             outputs = compiled.generate(PROMPTS, staggered, use_tqdm=False)  # chunked prefill too
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled after warm-up"

@@ -117,7 +117,7 @@ class BlockManager:
         return self.num_new_blocks(seq, num_steps) <= self.num_free_blocks
 
     def append_slots(self, seq: Sequence, num_steps: int = 1) -> None:
-        self._grow(seq, self.blocks_for(seq.device_len + num_steps - 1))
+        self._grow(seq, len(seq.block_table) + self.num_new_blocks(seq, num_steps))
 
     def max_decode_steps(self, seq: Sequence) -> int:
         """Decode steps the sequence's blocks and the free ones hold."""

@@ -27,20 +27,19 @@ def compile_settings() -> Iterator[None]:
 
 
 class CompiledModel:
-    """Call it as the model. Once `trust_decode_guards` is set (every decode shape has run), decode calls
-    skip dynamo's guard checks: with a single dynamic-shape entry they can only pass, and checking them costs
-    host time on every step."""
+    """Call it as the model; `check_guards=False` skips dynamo's guard checks, which cost host time on
+    every call. Only for calls that can only pass them: the runner skips them for decode steps once every
+    decode shape has run (a single dynamic-shape entry then serves them all)."""
 
     def __init__(self, model: nn.Module):
         def forward(*args):
             return model(*args)
 
         self._compiled = torch.compile(forward, fullgraph=True, dynamic=True)
-        self.trust_decode_guards = False
 
-    def __call__(self, *args, is_prefill: bool) -> torch.Tensor:
+    def __call__(self, *args, check_guards: bool = True) -> torch.Tensor:
         with compile_settings():
-            if is_prefill or not self.trust_decode_guards:
+            if check_guards:
                 return self._compiled(*args)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                 return self._compiled(*args)

@@ -21,6 +21,11 @@ def kv_bytes_per_block(config: EngineConfig, dtype: torch.dtype) -> int:
     return per_layer * model.num_hidden_layers * dtype.itemsize
 
 
+def cpu_kv_budget_bytes(config: EngineConfig) -> int:
+    """The KV cache's budget on the CPU, where there is no device memory to measure."""
+    return int(config.cache.cpu_memory_gib * GIB)
+
+
 def weight_bytes(config: EngineConfig, dtype: torch.dtype) -> int:
     """Bytes of one rank's weights: an even share of the sharded ones (all but the norms, which are small)."""
     numel = sum(math.prod(shape) for shape in hf_parameter_shapes(config.model).values())
@@ -52,7 +57,7 @@ def check_fits(config: EngineConfig, dtype: torch.dtype, device: str) -> None:
     if config.cache.num_blocks is not None:
         kv = config.cache.num_blocks * kv_bytes_per_block(config, dtype)
     elif not device.startswith("cuda"):
-        kv = int(config.cache.cpu_memory_gib * GIB)
+        kv = cpu_kv_budget_bytes(config)
     ranks_here = 1 if device.startswith("cuda") else config.parallel.tensor_parallel_size
     if (weights + kv) * ranks_here > available:
         ranks = f" on each of {ranks_here} ranks" if ranks_here > 1 else " per rank"

@@ -16,7 +16,7 @@ from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min
 from nvllm.engine.block_manager import blocks_for
 from nvllm.engine.compiled_model import CompiledModel
 from nvllm.engine.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
-from nvllm.engine.memory import kv_bytes_per_block
+from nvllm.engine.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.engine.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.layers.attention import Attention
 from nvllm.models import model_class
@@ -71,6 +71,7 @@ class ModelRunner:
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
+        self.trust_decode_guards = False
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
@@ -113,7 +114,7 @@ class ModelRunner:
             num_blocks = min(self._blocks_fitting_gpu_memory(), useful)
         else:
             num_blocks = min(
-                int(cache.cpu_memory_gib * 2**30) // kv_bytes_per_block(self.config, self.dtype), useful
+                cpu_kv_budget_bytes(self.config) // kv_bytes_per_block(self.config, self.dtype), useful
             )
         num_blocks = min_over_ranks(num_blocks, self.device)
         if num_blocks < 1:
@@ -162,7 +163,7 @@ class ModelRunner:
         start = time.perf_counter()
         if uses_cuda_graphs(self.config):
             self.graph_runner = GraphRunner(
-                self._compiled_checking_guards,
+                self.compiled_model,
                 self.backend,
                 decode_capture_sizes(self.config),
                 prefill_buckets(self.config),
@@ -170,12 +171,7 @@ class ModelRunner:
                 self.token_table,
             )
         self.timings["capture_s"] = time.perf_counter() - start
-        self.compiled_model.trust_decode_guards = True
-
-    def _compiled_checking_guards(self, *args) -> torch.Tensor:
-        """What graph capture records: the compiled model, its guards checked (a shape it has not run yet
-        compiles rather than running unchecked)."""
-        return self.compiled_model(*args, is_prefill=True)
+        self.trust_decode_guards = True  # every decode shape has run (see CompiledModel)
 
     # ---- steps --------------------------------------------------------------------------------------
     # no_grad, not inference_mode: tensors made under inference mode carry other dispatch keys, and the
@@ -201,7 +197,8 @@ class ModelRunner:
         )
         if not compiled:
             return self.model(*args)
-        return self.compiled_model(*args, is_prefill=inputs.is_prefill)
+        trusted = self.trust_decode_guards and not inputs.is_prefill
+        return self.compiled_model(*args, check_guards=not trusted)
 
     def execute(self, steps: list[StepInputs] | None, sample: Sample | None = None) -> torch.Tensor:
         """Run every step of a batch (rank 0 passes them, the other ranks get them from the broadcaster) and

@@ -71,6 +71,8 @@ class Scheduler:
             if seq.num_uncomputed_tokens > 1 and (num_tokens := self._prefill_chunk(seq, budget)):
                 batch.add(seq, num_tokens)
                 budget -= num_tokens
+        # with one token of budget left, `_prefill_chunk` could take nothing of a new prompt (one of two
+        # tokens would leave the other for a decode step): admission waits for the next step
         while self.waiting and budget >= 2 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             if not self.config.chunked_prefill and batch.seqs and seq.host_len > budget:
