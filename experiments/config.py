@@ -12,6 +12,8 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field, fields
 from functools import cache
+from importlib import resources
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -31,8 +33,15 @@ class WorkloadConfig:
     min_output_len: int | None = None
     temperature: float = 0.6
     ignore_eos: bool = True
-    seed: int = 0  # draws the prompt tokens and the lengths
+    seed: int = 0  # draws the prompt tokens and the lengths; repeat i draws with seed + i
     prompts: list[str] = field(default_factory=list)  # text, cycled to num_seqs; empty: random tokens
+    # A JSONL or CSV file of `input_len`, `output_len` rows: each repeat draws num_seqs of them (with
+    # replacement) for random-token prompts, in place of the *_len keys. Relative paths: from the working
+    # directory, else from conf/workload/ (where the example lives).
+    lengths_file: str | None = None
+    # How often the measured part runs, each time on fresh requests, after one warm-up. None: 3 on a GPU,
+    # 1 on the CPU (where a run of a full-size model takes minutes).
+    repeats: int | None = None
 
 
 @dataclass
@@ -41,6 +50,18 @@ class WandbConfig:
     mode: str = "offline"  # online | offline | disabled; conf/wandb/default.yaml reads $WANDB_MODE
     group: str | None = None  # the sweep experiment groups its jobs by sweep dir
     dir: str | None = None  # None: the job's Hydra output dir
+    quiet: bool = True  # wandb prints nothing; nvllm prints one line with the run's dir and sync command
+
+
+@dataclass
+class SummaryConfig:
+    """The sweep summary's table and plot: one metric, by the swept keys `x` and `hue` (None: the first and
+    second swept key)."""
+
+    metric: str = "output_tok_per_s"
+    x: str | None = None
+    hue: str | None = None
+    y_from_zero: bool = True  # the plot's y-axis starts at 0, so that a difference looks its size
 
 
 @dataclass
@@ -48,6 +69,14 @@ class RunnerConfig:
     """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
 
     _target_: str = "experiments.generate.run"
+
+
+def conf_dir() -> Path:
+    """Hydra's `conf/`: inside an installed wheel (as `experiments/conf`), else at the top of the checkout.
+    The wheel's copy is looked for first: an installed package's parent is site-packages, where a `conf`
+    directory may belong to anything."""
+    installed = Path(str(resources.files("experiments") / "conf"))
+    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "conf"
 
 
 ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig))
@@ -64,10 +93,25 @@ def validate_workload(workload: WorkloadConfig) -> None:
             problems.append(f"workload.{kind}_len={longest} must be positive")
         if shortest is not None and not 1 <= shortest <= longest:
             problems.append(f"workload.min_{kind}_len={shortest} must be in [1, {kind}_len={longest}]")
+    if workload.repeats is not None and workload.repeats < 1:
+        problems.append(f"workload.repeats={workload.repeats} must be positive (or null: by device)")
+    if workload.lengths_file is not None and workload.prompts:
+        problems.append("workload.lengths_file and workload.prompts exclude each other: text prompts have "
+                        "the lengths they have")
     if workload.temperature < 0:
         problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")
     if problems:
         raise ValueError("invalid workload: " + "; ".join(problems))
+
+
+DEFAULT_GPU_REPEATS = 3
+
+
+def resolved_repeats(workload: WorkloadConfig, device: str) -> int:
+    """`workload.repeats`, or by device: a GPU runs the bench workload in seconds, a CPU in minutes."""
+    if workload.repeats is not None:
+        return workload.repeats
+    return DEFAULT_GPU_REPEATS if device.startswith("cuda") else 1
 
 
 def workload_config(cfg: DictConfig) -> WorkloadConfig:
@@ -117,7 +161,10 @@ RunConfig = dataclasses.make_dataclass(
     [
         ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
+        ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+        # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
+        ("cpu_threads", int | None, field(default=None)),
     ],
     bases=(writable(EngineConfig),),
 )
@@ -134,8 +181,8 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
-        # the runner is no group of options: each experiment names its own
-        if dataclasses.is_dataclass(schema) and group != "runner":
+        # the runner and the summary are no groups of options: each experiment names its runner
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

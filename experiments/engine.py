@@ -7,20 +7,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from omegaconf import DictConfig
-
-from experiments.config import engine_config_from_run_config
 from nvllm import LLM
+from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt, tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
 
-def start_engine(cfg: DictConfig) -> LLM:
-    """The engine `cfg` describes (use it as a context manager: jobs share one process). The GPU's peak
-    memory counter is reset first, so that the peak reported is this job's."""
-    config = engine_config_from_run_config(cfg)
+def start_engine(config: EngineConfig) -> LLM:
+    """The engine of a resolved config (use it as a context manager: jobs share one process). The GPU's
+    peak memory counter is reset first, so that the peak reported is this job's."""
     if config.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    mode = "compiled" if config.compile.enabled else "eager"
+    print(f"Starting {config.model.name} on {config.device} ({mode}, {config.attention.backend} attention)")
     return LLM.from_config(config)
 
 
@@ -77,20 +76,26 @@ def engine_metrics(llm: LLM) -> dict:
     }
 
 
-def throughput_line(metrics: dict) -> str:
-    return (
-        f"Throughput: {metrics['output_tokens']} tokens in {metrics['wall_s']:.2f}s = "
+def throughput_line(metrics: dict, repeats: int = 1) -> str:
+    """One line of tok/s: a single run's, or the medians of the repeats with the output rate's range."""
+    rates = (
         f"{metrics['output_tok_per_s']:.1f} tok/s (prefill {metrics['prefill_tok_per_s']:.1f} tok/s, "
         f"decode {metrics['decode_tok_per_s']:.1f} tok/s)"
     )
+    if repeats == 1:
+        return f"Throughput: {metrics['output_tokens']} tokens in {metrics['wall_s']:.2f}s = {rates}"
+    return (
+        f"Throughput, median of {repeats} repeats: {rates}; output tok/s from "
+        f"{metrics['output_tok_per_s_min']:.1f} to {metrics['output_tok_per_s_max']:.1f}"
+    )
 
 
-def report(metrics: dict) -> str:
+def report(metrics: dict, repeats: int = 1) -> str:
     """The throughput line, start-up, memory and scheduling (results.json and wandb hold every metric)."""
     peak = metrics["peak_gpu_memory_gib"]
     return "\n".join(
         [
-            throughput_line(metrics),
+            throughput_line(metrics, repeats),
             f"Startup: {metrics['startup_s']:.1f}s (load {metrics['load_s']:.1f}s, "
             f"compile {metrics['compile_s']:.1f}s, capture {metrics['capture_s']:.1f}s); peak GPU memory "
             + (f"{peak:.2f} GiB" if peak is not None else "n/a (CPU)"),

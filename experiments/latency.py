@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig
 
-from experiments.config import workload_config
-from experiments.engine import engine_metrics, measured, report, start_engine, warm_up
-from experiments.tracking import record, wandb_run
-from experiments.workload import make_requests
+from experiments.engine import engine_metrics, measured, report
+from experiments.job import job_run, prepare_job
+from experiments.repeats import measure_repeats
 from nvllm import LLM
 from nvllm.engine.llm_engine import Prompt, tokens_per_second
 from nvllm.sampling_params import SamplingParams
@@ -53,29 +52,37 @@ def latency_percentiles_ms(token_s: list[float]) -> dict:
 
 
 def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
-    workload = workload_config(cfg)
-    if workload.num_seqs != 1:
-        raise ValueError(f"workload.num_seqs={workload.num_seqs}: the latency experiment runs one stream")
-    with wandb_run(cfg, output_dir, name, job_type="latency") as wandb_job, start_engine(cfg) as llm:
-        prompts, params = make_requests(workload, len(llm.tokenizer))
-        warm_up(llm)
-        with measured(llm) as phases:
-            first_token_s, token_s, output_tokens = step_times(llm, prompts[0], params[0])
-        for seconds in token_s:
-            wandb_job.log({"token_latency_ms": seconds * 1e3})
-        metrics = {
-            "output_tokens": output_tokens,
-            "output_tok_per_s": tokens_per_second(output_tokens, phases["wall_s"]),
-            **phases,
-            "time_to_first_token_ms": first_token_s * 1e3,
-            **latency_percentiles_ms(token_s),
-            **engine_metrics(llm),
-        }
-        record(wandb_job, cfg, output_dir, name, metrics)
-    print(report(metrics))
-    latencies = [f"p{p} {metrics[f'token_latency_p{p}_ms']:.2f} ms" for p in PERCENTILES if token_s]
+    job = prepare_job(cfg, output_dir, name, job_type="latency")
+    if job.workload.num_seqs != 1:
+        raise ValueError(f"workload.num_seqs={job.workload.num_seqs}: the latency experiment runs one stream")
+    with job_run(job) as run:
+
+        def measure(repeat: int) -> dict:
+            prompts, params = run.requests(repeat)
+            with measured(run.llm) as phases:
+                first_token_s, token_s, output_tokens = step_times(run.llm, prompts[0], params[0])
+            for seconds in token_s:
+                run.wandb.log({"token_latency_ms": seconds * 1e3})
+            return {
+                "output_tokens": output_tokens,
+                "output_tok_per_s": tokens_per_second(output_tokens, phases["wall_s"]),
+                **phases,
+                "time_to_first_token_ms": first_token_s * 1e3,
+                **latency_percentiles_ms(token_s),
+            }
+
+        repeated = measure_repeats(run.llm, job.repeats, measure)
+        metrics = {**repeated.spread, **engine_metrics(run.llm)}
+        run.record(metrics, repeated.per_repeat)
+    print(report(metrics, job.repeats))
+    latencies = [
+        f"p{p} {metrics[f'token_latency_p{p}_ms']:.2f} ms"
+        for p in PERCENTILES
+        if metrics[f"token_latency_p{p}_ms"] is not None
+    ]
     print(
         f"Time to first token: {metrics['time_to_first_token_ms']:.1f} ms; per-token latency: "
         + (", ".join(latencies) or "n/a (a single token)")
+        + (f" (medians of {job.repeats} repeats)" if job.repeats > 1 else "")
     )
     return metrics

@@ -8,25 +8,40 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import wandb
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+RESULTS_FILE = "results.json"
+
+
+def _report_line(run: wandb.Run) -> str | None:
+    """What a quiet run prints once it is finished: where it is, and how to upload it."""
+    if run.settings.mode == "online":
+        return f"wandb: {run.url}"
+    if run.settings.mode == "offline":
+        return f"wandb: offline run, upload with `wandb sync {run.settings.sync_dir}`"
+    return None
 
 
 @contextmanager
-def wandb_run(cfg: DictConfig, output_dir: Path, name: str | None, job_type: str) -> Iterator[wandb.Run]:
-    """One wandb run holding the whole resolved config; finished even when the job fails, so that the
-    next job of a sweep (same process) starts its own run."""
-    settings = cfg.wandb
-    run_dir = Path(settings.dir or output_dir)
+def wandb_run(
+    settings: DictConfig, run_dir: Path, name: str | None, job_type: str, config: dict
+) -> Iterator[wandb.Run]:
+    """One wandb run holding `config`; finished even when the job fails, so that the next job of a sweep
+    (same process) starts its own run. Quiet (`wandb.quiet`): wandb prints nothing, and one line says
+    where the run is once it is finished."""
+    run_dir = Path(settings.dir or run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
         project=settings.project,
         group=settings.group,
         name=name,
         job_type=job_type,
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=config,
         dir=run_dir,
         mode=settings.mode,
-        settings=wandb.Settings(console="off"),  # Hydra already logs the job's output to its dir
+        # Hydra already logs the job's output to its dir; the provenance holds nvllm's own commit (wandb's
+        # git capture would hold the working directory's repository, if any)
+        settings=wandb.Settings(console="off", silent=settings.quiet, disable_git=True),
     )
     exit_code = 1
     try:
@@ -34,13 +49,22 @@ def wandb_run(cfg: DictConfig, output_dir: Path, name: str | None, job_type: str
         exit_code = 0
     finally:
         run.finish(exit_code=exit_code)
+        if settings.quiet and (line := _report_line(run)):
+            print(line)
 
 
-def record(run: wandb.Run, cfg: DictConfig, output_dir: Path, name: str | None, metrics: dict) -> None:
-    """The metrics into `results.json` (with the config, for the sweep summary) and into wandb: as
-    history/summary values, and as a one-row table that the wandb UI concatenates across a group."""
-    results = {"name": name, "config": OmegaConf.to_container(cfg, resolve=True), "metrics": metrics}
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    row = {"name": name, **metrics}
-    table = wandb.Table(columns=list(row), data=[list(row.values())])
-    run.log({**{key: value for key, value in metrics.items() if value is not None}, "results": table})
+def _numbers(values: dict) -> dict:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def record(run: wandb.Run, output_dir: Path, results: dict) -> None:
+    """`results` (name, config, provenance, `metrics` and the `repeats`' own) into `results.json` and into
+    wandb: each repeat as a step of the run's history, the metrics as its summary and as a one-row table
+    that the wandb UI concatenates across a group."""
+    (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    for repeat, values in enumerate(results["repeats"]):
+        run.log({"repeat": repeat, **_numbers(values)})
+    metrics = results["metrics"]
+    run.summary.update(_numbers(metrics))
+    row = {"name": results["name"], **metrics}
+    run.log({"results": wandb.Table(columns=list(row), data=[list(row.values())])})

@@ -7,7 +7,6 @@ and the job's overrides (the wandb run's name); it builds the engine from the co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 
 import hydra
@@ -16,18 +15,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
 from omegaconf import DictConfig
 
-from experiments.config import register_configs
+from experiments.config import conf_dir, register_configs
 
 
-def config_dir() -> Path:
-    """Hydra's `conf/`: inside an installed wheel (as `experiments/conf`), else at the top of the checkout.
-    The wheel's copy is looked for first: an installed package's parent is site-packages, where a `conf`
-    directory may belong to anything."""
-    installed = Path(str(resources.files("experiments") / "conf"))
-    return installed if installed.is_dir() else Path(__file__).resolve().parent.parent / "conf"
-
-
-CONF_DIR = config_dir()
+CONF_DIR = conf_dir()
 
 
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
