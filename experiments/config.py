@@ -96,8 +96,10 @@ def validate_workload(workload: WorkloadConfig) -> None:
     if workload.repeats is not None and workload.repeats < 1:
         problems.append(f"workload.repeats={workload.repeats} must be positive (or null: by device)")
     if workload.lengths_file is not None and workload.prompts:
-        problems.append("workload.lengths_file and workload.prompts exclude each other: text prompts have "
-                        "the lengths they have")
+        problems.append(
+            "workload.lengths_file and workload.prompts exclude each other: text prompts have "
+            "the lengths they have"
+        )
     if workload.temperature < 0:
         problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")
     if problems:
@@ -186,3 +188,6 @@ def register_configs() -> None:
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))
+    from experiments.help import help_config  # lists the presets stored above
+
+    store.store(group="hydra/help", name="nvllm", node=help_config(conf_dir()))

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
 from nvllm import LLM
 from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt, tokens_per_second

@@ -78,7 +78,10 @@ def provenance(device: str) -> dict:
     on_cuda = device.startswith("cuda")
     return {
         **code_version(),
-        **{f"{name.replace('-', '_')}_version": library_version(name, module) for name, module in LIBRARIES.items()},
+        **{
+            f"{name.replace('-', '_')}_version": library_version(name, module)
+            for name, module in LIBRARIES.items()
+        },
         "python_version": platform.python_version(),
         "device": device,
         "device_name": torch.cuda.get_device_name(torch.device(device)) if on_cuda else _cpu_name(),

@@ -39,8 +39,10 @@ def read_lengths(name: str) -> list[tuple[int, int]]:
     """The (input_len, output_len) rows of a lengths file, each checked: positive integers."""
     path = lengths_path(name)
     if not path.is_file():
-        raise ValueError(f"workload.lengths_file={name!r}: no such file (looked from the working directory "
-                         f"and in {conf_dir() / 'workload'})")
+        raise ValueError(
+            f"workload.lengths_file={name!r}: no such file (looked from the working directory "
+            f"and in {conf_dir() / 'workload'})"
+        )
     try:
         rows = _length_rows(path)
     except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:

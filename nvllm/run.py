@@ -17,7 +17,6 @@ from omegaconf import DictConfig
 
 from experiments.config import conf_dir, register_configs
 
-
 CONF_DIR = conf_dir()
 
 

@@ -4,38 +4,23 @@ the sweep end to end with its summary, and engines that release everything when 
 import gc
 import json
 import os
-import subprocess
-import sys
-import time
 import weakref
 from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
 import torch
-from hydra.core.hydra_config import HydraConfig
 
 from experiments import bench, generate, latency
 from experiments.config import workload_config
-from experiments.sweep_summary import PLOT_NAME, SweepSummary
 from experiments.workload import MAX_RANDOM_TOKEN_ID, make_requests
 from nvllm import LLM, SamplingParams
 from nvllm.run import compose_config
+from tests.experiment_utils import SMALL_WORKLOAD, TINY, logged, run_file_holding
 
-TINY = ["model=tiny", "compile=eager", "cache.block_size=16", "cache.num_blocks=256", "wandb.mode=offline"]
-SMALL_WORKLOAD = [
-    "workload.num_seqs=3",
-    "workload.input_len=24",
-    "workload.min_input_len=8",
-    "workload.output_len=6",
-    "workload.min_output_len=2",
-]
+REPEATED_METRICS = {"output_tokens", "wall_s", "output_tok_per_s", "prefill_tok_per_s", "decode_tok_per_s"}
 BENCH_METRICS = {
-    "output_tokens",
-    "wall_s",
-    "output_tok_per_s",
-    "prefill_tok_per_s",
-    "decode_tok_per_s",
+    *(name + suffix for name in REPEATED_METRICS for suffix in ("", "_min", "_max")),
     "startup_s",
     "load_s",
     "compile_s",
@@ -45,29 +30,6 @@ BENCH_METRICS = {
     "num_preemptions",
     "prefix_cache_hit_rate",
 }
-PNG_MAGIC = b"\x89PNG"
-
-
-def wandb_run_files(directory: Path) -> list[Path]:
-    return sorted(directory.glob("wandb/offline-run-*/run-*.wandb"))
-
-
-def run_file_holding(directory: Path, *expected: bytes, timeout_s: float = 30.0) -> bytes:
-    """The one offline wandb run under `directory`, read once it holds every `expected` byte string (or
-    after `timeout_s`): wandb's service process may still be writing it a moment after `run.finish()`
-    returns (seen on the 2-core CI machine: only the file's header was there)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        [run_file] = wandb_run_files(directory)
-        data = run_file.read_bytes()
-        if all(item in data for item in expected) or time.monotonic() > deadline:
-            return data
-        time.sleep(0.2)
-
-
-def logged(key: str, value) -> tuple[bytes, bytes]:
-    """What an offline run holds for `key` logged as `value`: the key and the value's JSON text."""
-    return key.encode(), json.dumps(value).encode()
 
 
 def test_random_workload_is_seeded_and_in_range():
@@ -102,14 +64,14 @@ def test_demo_prints_completions_and_throughput(tmp_path, capsys):
 def test_bench_reports_writes_and_logs(tmp_path, capsys):
     cfg = compose_config(["+experiment=bench", *TINY, *SMALL_WORKLOAD])
     metrics = bench.run(cfg, tmp_path, name="test-bench")
-    assert set(metrics) == BENCH_METRICS
+    assert set(metrics) == BENCH_METRICS and metrics["output_tokens"] == metrics["output_tokens_max"]
     # any vocabulary beyond nano-vLLM's token-id range draws the same requests as the engine's
     requests = make_requests(workload_config(cfg), vocab_size=MAX_RANDOM_TOKEN_ID + 1)
     expected_tokens = sum(p.max_tokens for p in requests[1])
     assert metrics["output_tokens"] == expected_tokens and metrics["output_tok_per_s"] > 0
     assert metrics["num_kv_blocks"] == 256 and metrics["peak_gpu_memory_gib"] is None  # CPU
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["metrics"] == metrics and results["config"]["cache"]["block_size"] == 16
+    assert results["metrics"] == {**metrics, "repeats": 1} and results["config"]["cache"]["block_size"] == 16
     expected = (*logged("output_tok_per_s", metrics["output_tok_per_s"]), b"test-bench")  # + the run's name
     data = run_file_holding(tmp_path, *expected)
     assert all(item in data for item in expected)
@@ -130,61 +92,6 @@ def test_latency_times_every_token(tmp_path):
     assert metrics["output_tokens"] == 8 and metrics["time_to_first_token_ms"] > 0
     p50, p90, p99 = (metrics[f"token_latency_p{p}_ms"] for p in (50, 90, 99))
     assert 0 < p50 <= p90 <= p99
-
-
-def test_sweep_summary_tabulates_and_plots(tmp_path):
-    for job, (block_size, budget) in enumerate([(32, 64), (16, 128), (16, 64), (32, 128)]):
-        config = {"cache": {"block_size": block_size}, "scheduler": {"max_num_batched_tokens": budget}}
-        metrics = {"output_tok_per_s": block_size + budget / 10, "num_preemptions": None}
-        (tmp_path / str(job)).mkdir()
-        (tmp_path / str(job) / "results.json").write_text(
-            json.dumps({"name": f"job{job}", "config": config, "metrics": metrics})
-        )
-    config = compose_config(
-        ["+experiment=sweep", "wandb.mode=offline", f"hydra.sweep.dir={tmp_path}"], return_hydra_config=True
-    )
-    try:
-        SweepSummary().on_multirun_end(config)
-    finally:
-        HydraConfig.instance().cfg = None  # the callback sets it, as Hydra does for a job
-    csv_lines = (tmp_path / "summary.csv").read_text().splitlines()
-    header = "job,name,cache.block_size,scheduler.max_num_batched_tokens,output_tok_per_s"
-    assert csv_lines[0].startswith(header)
-    assert [line.split(",")[0] for line in csv_lines[1:]] == ["2", "1", "0", "3"]  # by block size, budget
-    assert (tmp_path / "summary.md").read_text().count("\n") == 6
-    assert (tmp_path / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
-    expected = (b"summary", str(tmp_path).encode())
-    data = run_file_holding(tmp_path, *expected)
-    assert all(item in data for item in expected)
-
-
-def test_sweep_runs_every_job_and_summarises(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    grid = ["cache.block_size=16,32", "scheduler.max_num_batched_tokens=64,128"]
-    command = [
-        sys.executable,
-        "-m",
-        "nvllm.run",
-        "+experiment=sweep",
-        *TINY,
-        *SMALL_WORKLOAD,
-        *grid,
-        f"hydra.sweep.dir={sweep_dir}",
-    ]
-    # one thread per process: a shared CPU makes OpenMP's spinning threads an order of magnitude slower
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    job_dirs = sorted(path for path in sweep_dir.iterdir() if path.name.isdigit())
-    assert [path.name for path in job_dirs] == ["0", "1", "2", "3"]  # the command line narrowed the 3 x 4
-    for job_dir in job_dirs:
-        metrics = json.loads((job_dir / "results.json").read_text())["metrics"]
-        expected = (*logged("output_tok_per_s", metrics["output_tok_per_s"]), str(sweep_dir).encode())
-        data = run_file_holding(job_dir, *expected)  # the metric, and the sweep as the run's group
-        assert all(item in data for item in expected)
-    assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 5
-    assert (sweep_dir / "summary.md").is_file() and (sweep_dir / PLOT_NAME).read_bytes().startswith(PNG_MAGIC)
-    assert len(wandb_run_files(sweep_dir)) == 1
 
 
 # ---- isolation: jobs share one process, so a shut-down engine must leave nothing behind ---------------
