@@ -69,7 +69,15 @@ def write_tables(rows: list[dict], keys: list[str], metric: str, sweep_dir: Path
             writer.writerows(rows)
 
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    lines += ["| " + " | ".join(_cell(row.get(column)) for column in shown) + " |" for row in rows]
+    # the swept values as the command line spelled them, the metric rounded
+    lines += [
+        "| "
+        + " | ".join(
+            str(row[column]) if column in with_status else _cell(row.get(column)) for column in shown
+        )
+        + " |"
+        for row in rows
+    ]
     markdown = "\n".join(lines) + "\n"
     _atomic_write(sweep_dir / f"{TABLE_NAME}.csv", write_csv)
     _atomic_write(sweep_dir / f"{TABLE_NAME}.md", lambda path: Path(path).write_text(markdown))

@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
 
 from experiments import bench, generate
+from experiments.checks import ConfigCheck
 from experiments.config import workload_config
 from experiments.provenance import available_cores
 from experiments.threads import thread_choice
 from experiments.workload import make_requests, read_lengths
-from nvllm.run import compose_config
+from nvllm.run import CONF_DIR, compose_config
 from tests.experiment_utils import SMALL_WORKLOAD, TINY, run_file_holding
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,22 +120,24 @@ def test_threads_are_the_available_cores_unless_the_user_chose(monkeypatch, tmp_
 
 
 def test_a_bad_engine_config_stops_before_any_file(tmp_path):
-    cfg = compose_config([*TINY, "device=cuda"])
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="CUDA is not available"):
-        bench.run(cfg, tmp_path / "job")
+        bench.run(compose_config([*TINY, "device=cuda"]), tmp_path / "job")
     assert not (tmp_path / "job").exists()
-    # from the command line: neither the run's dir nor a sweep's is created
-    run_dir, sweep_dir = tmp_path / "run", tmp_path / "sweep"
-    for mode, directory, overrides in [
-        ([], run_dir, ["device=cuda", f"hydra.run.dir={run_dir}"]),
-        (["-m"], sweep_dir, ["attention=torch,flash_attn", f"hydra.sweep.dir={sweep_dir}"]),
-    ]:
-        command = [sys.executable, "-m", "nvllm.run", *mode, "model=tiny", *overrides]
-        done = subprocess.run(command, env=QUIET_ENV, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 1 and not directory.exists(), done.stderr[-2000:]
-    assert "job 1 (model=tiny attention=flash_attn)" in done.stderr and "flash-attn" in done.stderr
+    # a sweep: every job is checked before the sweeper makes the sweep dir
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["model=tiny"], return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.sweeper.params = {"attention": "torch,flash_attn"}
+            cfg.hydra.overrides.task = ["model=tiny"]
+        with pytest.raises(SystemExit):
+            ConfigCheck().on_multirun_start(cfg, config_name="config")
+    # from the command line: the run's dir is never created
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "nvllm.run", "model=tiny", "device=cuda", f"hydra.run.dir={run_dir}"]
+    done = subprocess.run(command, env=QUIET_ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "CUDA is not available" in done.stderr and not run_dir.exists()
 
 
 def test_lengths_from_a_file(tmp_path):

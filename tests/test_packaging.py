@@ -47,8 +47,9 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
     install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
     assert subprocess.run(install, capture_output=True, env=QUIET).returncode == 0
 
-    def run(*args: str) -> str:
-        done = subprocess.run([python, *args], cwd=tmp_path, capture_output=True, text=True, env=QUIET)
+    def run(*args: str, program: str = python, **env: str) -> str:
+        environment = {**QUIET, **env}
+        done = subprocess.run([program, *args], cwd=tmp_path, capture_output=True, text=True, env=environment)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -60,6 +61,16 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
         "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
     )
     assert len(eval(run("-c", api).splitlines()[-1])) == 3
+    # the console script: the default experiment, and Hydra's shell completion through it
+    nvllm = str(tmp_path / "venv" / "bin" / "nvllm")
     overrides = ["model=tiny", "workload.num_seqs=1", "workload.output_len=2"]
-    output = run("-m", "nvllm.run", *overrides, f"hydra.run.dir={tmp_path / 'run'}")
-    assert "Throughput: 2 tokens" in output
+    output = run("run", *overrides, f"hydra.run.dir={tmp_path / 'run'}", program=nvllm)
+    assert "Throughput: 2 tokens" in output and (tmp_path / "run" / "results.json").is_file()
+    completions = run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm run model=tiny cache.bl").split()
+    assert completions == ["cache.block_size="]
+    assert run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm su").split() == ["summarize"]
+    # `python -m nvllm.run --help`: the experiments, groups with their options, the most used keys
+    page = run("-m", "nvllm.run", "+experiment=bench", "--help")
+    assert "  latency " in page and "[qwen3-0.6b] qwen3-1.7b" in page and "schema" not in page
+    assert "lengths_from_file" in page and "workload.repeats " in page
+    assert "workload.num_seqs                 requests per repeat [256]" in page  # bench's value
