@@ -1,5 +1,6 @@
-"""The model under one `torch.compile(fullgraph=True, dynamic=True)`: a single graph serves prefill and decode
-(a decode step is a batch of one-token sequences, and every size the graph takes is padded past 1)."""
+"""The model compiled region by region by `torch.compile(fullgraph=True, dynamic=True)`: one graph per region
+serves prefill and decode (a decode step is a batch of one-token sequences, and every size the graph takes is
+padded past 1)."""
 
 from __future__ import annotations
 
@@ -27,19 +28,35 @@ def compile_settings() -> Iterator[None]:
 
 
 class CompiledModel:
-    """Call it as the model; `check_guards=False` skips dynamo's guard checks, which cost host time on
-    every call. Only for calls that can only pass them: the runner skips them for decode steps once every
-    decode shape has run (a single dynamic-shape entry then serves them all)."""
+    """The model with its `compile_regions()` compiled in place, each by `torch.compile(fullgraph=True,
+    dynamic=True)` (regional compilation): dynamo traces a decoder layer once and every other layer passes
+    its guards (their parameters and KV caches are graph inputs, not constants), so inductor compiles one
+    layer's graph instead of the whole unrolled model. Call it as the model; `eager(...)` runs the same
+    model without its compiled regions. `check_guards=False` skips dynamo's guard checks, which cost host
+    time on every region's call. Only for calls that can only pass them: the runner skips them for decode
+    steps once every decode shape has run (a single dynamic-shape entry per region then serves them all).
+    """
 
     def __init__(self, model: nn.Module):
-        def forward(*args):
-            return model(*args)
-
-        self._compiled = torch.compile(forward, fullgraph=True, dynamic=True)
+        self.model = model
+        self.regions: list[nn.Module] = model.compile_regions()
+        for region in self.regions:
+            region.compile(fullgraph=True, dynamic=True)
 
     def __call__(self, *args, check_guards: bool = True) -> torch.Tensor:
         with compile_settings():
             if check_guards:
-                return self._compiled(*args)
+                return self.model(*args)
             with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                return self._compiled(*args)
+                return self.model(*args)
+
+    def eager(self, *args) -> torch.Tensor:
+        with torch.compiler.set_stance("force_eager"):
+            return self.model(*args)
+
+    def release(self) -> None:
+        """Drop the compiled regions: each holds its module (a reference cycle that would keep the weights
+        until a garbage collection)."""
+        for region in self.regions:
+            region._compiled_call_impl = None
+        self.regions = []

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 
 from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.compile_cache import save_cache_artifacts
 from nvllm.engine.graph_runner import decode_capture_sizes
 from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.memory import check_fits
@@ -56,6 +57,8 @@ class LLMEngine:
             compile_start = time.perf_counter()
             self.sampler.warm_up(config.model.vocab_size, self.model_runner.dtype, self.device)
             timings["compile_s"] += time.perf_counter() - compile_start
+        if config.compile.enabled:
+            save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)
         self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0

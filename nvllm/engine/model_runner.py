@@ -14,6 +14,7 @@ from nvllm.attention import BACKENDS
 from nvllm.config import EngineConfig
 from nvllm.distributed import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
 from nvllm.engine.block_manager import blocks_for
+from nvllm.engine.compile_cache import load_cache_artifacts
 from nvllm.engine.compiled_model import CompiledModel
 from nvllm.engine.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
 from nvllm.engine.memory import cpu_kv_budget_bytes, kv_bytes_per_block
@@ -155,6 +156,7 @@ class ModelRunner:
         """Compile the model (traced at a decode batch first, so that inductor tunes its kernels for decode,
         whose speed matters most), then record its CUDA graphs."""
         start = time.perf_counter()
+        load_cache_artifacts(self.config.compile.cache_artifacts)
         self.compiled_model = CompiledModel(self.model)
         self.forward(dummy_step(self.backend, 2, 2))
         if self.config.compile.compile_prefill:
@@ -192,11 +194,10 @@ class ModelRunner:
             self.backend.metadata(inputs, self.device),
             to_device(inputs.logits_indices, self.device),
         )
-        compiled = self.compiled_model is not None and (
-            self.config.compile.compile_prefill or not inputs.is_prefill
-        )
-        if not compiled:
+        if self.compiled_model is None:
             return self.model(*args)
+        if inputs.is_prefill and not self.config.compile.compile_prefill:
+            return self.compiled_model.eager(*args)
         trusted = self.trust_decode_guards and not inputs.is_prefill
         return self.compiled_model(*args, check_guards=not trusted)
 
@@ -223,6 +224,8 @@ class ModelRunner:
     def shutdown(self) -> None:
         for layer in self._attention_layers(self.model):
             layer.k_cache = layer.v_cache = torch.empty(0)
+        if self.compiled_model is not None:
+            self.compiled_model.release()
         self.model = self.compiled_model = self.graph_runner = None
         if self.device.startswith("cuda"):
             # cuBLAS keeps a workspace per stream it ran on, the CUDA-graph capture stream included: released

@@ -1,4 +1,6 @@
-"""Qwen3 dense decoder. No Python branching on data inside `forward`: it compiles whole (fullgraph=True)."""
+"""Qwen3 dense decoder. No Python branching on data inside `forward`: each decoder layer compiles as one graph
+(fullgraph=True), and every layer runs the same code on tensors of the same shapes, so that one compilation
+serves them all (see `Qwen3ForCausalLM.compile_regions`)."""
 
 from __future__ import annotations
 
@@ -60,10 +62,7 @@ class Qwen3DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, positions, hidden_states, residual, meta: AttentionMetadata):
-        if residual is None:
-            residual, hidden_states = hidden_states, self.input_layernorm(hidden_states)
-        else:
-            hidden_states, residual = self.input_layernorm(hidden_states, residual)
+        hidden_states, residual = self.input_layernorm(hidden_states, residual)
         hidden_states = self.self_attn(positions, hidden_states, meta)
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
         return self.mlp(hidden_states), residual
@@ -77,7 +76,10 @@ class Qwen3Model(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids, positions, meta: AttentionMetadata) -> torch.Tensor:
-        hidden_states, residual = self.embed_tokens(input_ids), None
+        # the first layer adds a zero residual, exactly: every layer then takes the same inputs (one compiled
+        # graph for all of them, where a first layer without a residual would be a graph of its own)
+        hidden_states = self.embed_tokens(input_ids)
+        residual = torch.zeros_like(hidden_states)
         for layer in self.layers:
             hidden_states, residual = layer(positions, hidden_states, residual, meta)
         return self.norm(hidden_states, residual)[0]
@@ -99,6 +101,12 @@ class Qwen3ForCausalLM(nn.Module):
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def compile_regions(self) -> list[nn.Module]:
+        """The modules `torch.compile` compiles one by one (regional compilation): the decoder layers, whose
+        graph is traced and compiled once and reused by every layer, and the final norm. The embedding and
+        the LM head are a kernel each and run as they are."""
+        return [*self.model.layers, self.model.norm]
 
     def forward(
         self,
