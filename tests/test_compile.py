@@ -1,5 +1,6 @@
 """The model compiled region by region (fullgraph=True) through the custom ops, on the CPU, against eager."""
 
+import pytest
 import torch
 import torch._dynamo.config
 import torch._dynamo.utils
@@ -71,3 +72,35 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             outputs = resized.generate(PROMPTS, staggered, use_tqdm=False)
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled for a cache size"
+
+
+def test_cache_artifacts_make_a_start_with_empty_caches_warm(tmp_path, monkeypatch):
+    """`compile.cache_artifacts`: the first engine writes the file; an engine with empty local inductor caches
+    (and nothing compiled in the process) then takes every graph from it and compiles none."""
+    artifacts = tmp_path / "artifacts.bin"
+    settings = dict(
+        enforce_eager=False,
+        kvcache_block_size=16,
+        num_kvcache_blocks=16,
+        compile__cache_artifacts=str(artifacts),
+    )
+    counters = torch._dynamo.utils.counters
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "first"))
+    torch._dynamo.reset()
+    with LLM("tiny", **settings):
+        assert artifacts.stat().st_size > 0
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "second"))
+    torch._dynamo.reset()
+    counters.clear()
+    with LLM("tiny", **settings) as llm:
+        outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)
+    assert all(len(output["token_ids"]) == 3 for output in outputs)
+    assert counters["inductor"]["fxgraph_cache_miss"] == 0, dict(counters["inductor"])
+    assert counters["inductor"]["fxgraph_cache_hit"] == 2, dict(counters["inductor"])
+
+
+def test_unreadable_cache_artifacts_name_the_key(tmp_path):
+    artifacts = tmp_path / "artifacts.bin"
+    artifacts.write_bytes(b"not artifacts")
+    with pytest.raises(ValueError, match="compile.cache_artifacts=.*artifacts.bin.*delete it"):
+        LLM("tiny", enforce_eager=False, num_kvcache_blocks=16, compile__cache_artifacts=str(artifacts))

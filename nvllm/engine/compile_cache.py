@@ -17,13 +17,12 @@ def load_cache_artifacts(path: str | None) -> None:
     if path is None or not os.path.exists(os.path.expanduser(path)):
         return
     file = Path(os.path.expanduser(path))
-    try:
-        torch.compiler.load_cache_artifacts(file.read_bytes())
-    except Exception as error:  # torch raises what its deserializer meets: a bad file is the user's to fix
+    # torch logs what its reader met and returns None for a file that is not its format
+    if torch.compiler.load_cache_artifacts(file.read_bytes()) is None:
         raise ValueError(
-            f"compile.cache_artifacts={path!r}: not a readable cache-artifacts file "
-            f"({type(error).__name__}: {error}); delete it to make a new one"
-        ) from None
+            f"compile.cache_artifacts={path!r}: not a cache-artifacts file of this torch; delete it to make "
+            "a new one"
+        )
 
 
 def save_cache_artifacts(path: str | None) -> None:

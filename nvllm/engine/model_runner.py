@@ -94,7 +94,7 @@ class ModelRunner:
         finally:
             torch.set_default_dtype(default_dtype)
         if model_config.path is not None:
-            tensors = checkpoint_tensors(model_config.path)
+            tensors = checkpoint_tensors(model_config.path, self.device)
         else:
             tensors = random_tensors(model_config, self.config.seed, self.device)
         load_weights(model, tensors, hf_parameter_shapes(model_config))

@@ -23,8 +23,9 @@ from nvllm.config import ModelConfig
 Tensors = Iterable[tuple[str, torch.Tensor, str]]  # (HF name, full tensor, its file or "random weights")
 
 
-def checkpoint_tensors(path: str) -> Iterator[tuple[str, torch.Tensor, str]]:
-    """Every tensor of the checkpoint in `path`: the shards its index names, or every `*.safetensors`."""
+def checkpoint_tensors(path: str, device: str = "cpu") -> Iterator[tuple[str, torch.Tensor, str]]:
+    """Every tensor of the checkpoint in `path`: the shards its index names, or every `*.safetensors`, read
+    straight onto `device` (on a GPU, no stop in host memory on the way)."""
     directory = Path(os.path.expanduser(path))
     index = directory / "model.safetensors.index.json"
     if index.is_file():
@@ -39,7 +40,7 @@ def checkpoint_tensors(path: str) -> Iterator[tuple[str, torch.Tensor, str]]:
         raise ValueError(f"model.path={path!r} holds no *.safetensors files")
     for file in files:
         try:
-            with safe_open(str(file), framework="pt") as shard:
+            with safe_open(str(file), framework="pt", device=device) as shard:
                 for name in shard.keys():
                     yield name, shard.get_tensor(name), str(file)
         except (OSError, SafetensorError) as error:  # truncated, corrupt, missing
