@@ -73,6 +73,11 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
             assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
             assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled for a cache size"
 
+        # compile.compile_prefill=false: prefill runs the eager model (the regions compiled in place, skipped)
+        with LLM("tiny", enforce_eager=False, compile__compile_prefill=False, **settings) as eager_prefill:
+            outputs = eager_prefill.generate(PROMPTS, staggered, use_tqdm=False)
+            assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in expected]
+
 
 def test_cache_artifacts_make_a_start_with_empty_caches_warm(tmp_path, monkeypatch):
     """`compile.cache_artifacts`: the first engine writes the file; an engine with empty local inductor caches
