@@ -41,7 +41,9 @@ class CompiledModel:
         self.model = model
         self.regions: list[nn.Module] = model.compile_regions()
         for region in self.regions:
-            region.compile(fullgraph=True, dynamic=True)
+            # the region's own `forward`, not `nn.Module.compile`'s `_call_impl`: dynamo keeps compiled graphs
+            # per code object, up to a recompile limit, and `_call_impl` is every module's code
+            region.forward = torch.compile(region.forward, fullgraph=True, dynamic=True)
 
     def __call__(self, *args, check_guards: bool = True) -> torch.Tensor:
         with compile_settings():
@@ -58,5 +60,5 @@ class CompiledModel:
         """Drop the compiled regions: each holds its module (a reference cycle that would keep the weights
         until a garbage collection)."""
         for region in self.regions:
-            region._compiled_call_impl = None
+            del region.forward  # the instance's compiled forward: its class's plain one shows again
         self.regions = []
