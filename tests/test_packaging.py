@@ -9,7 +9,9 @@ import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-QUIET = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+# without $PYTHONPATH, which would put a checkout's packages before the wheel's
+QUIET = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+QUIET |= {"OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
 def test_the_library_imports_neither_hydra_nor_the_harness():

@@ -103,3 +103,26 @@ def test_compare_two_runs_and_two_sweeps(sweep, capsys):
     nvllm(["compare", str(sweep_dir), str(sweep_dir)])
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.endswith("| +0.0% | yes |") for line in lines) == 4  # every job paired with itself
+
+
+def test_the_command_lists_its_commands_and_refuses_unknown_ones(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as done:
+        nvllm(["--help"])
+    page = capsys.readouterr().out
+    assert done.value.code == 0 and all(
+        f"  {name} " in page for name in ("run", "summarize", "compare", "visualize")
+    )
+    with pytest.raises(SystemExit, match="unknown command 'sumarize'"):
+        nvllm(["sumarize", "x"])
+    with pytest.raises(SystemExit, match="neither a run's dir nor a sweep's"):
+        nvllm(["summarize", "/nonexistent"])
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "nvllm.visualize" else real_find_spec(name, *a),
+    )
+    with pytest.raises(SystemExit, match="no visualizer"):
+        nvllm(["visualize", "run_dir"])
