@@ -100,7 +100,13 @@ def plot(rows: list[dict], keys: list[str], summary: SummaryConfig, path: Path) 
     width = 0.2 / max(len(lines), 1)
     for index, line in enumerate(lines):
         points = sorted(
-            (x_values.index(row[x_key]), row[metric], row[f"{metric}_min"], row[f"{metric}_max"])
+            # a metric measured once per job (start-up, memory) has no range
+            (
+                x_values.index(row[x_key]),
+                row[metric],
+                row.get(f"{metric}_min", row[metric]),
+                row.get(f"{metric}_max", row[metric]),
+            )
             for row in done
             if tuple(row[key] for key in hue_keys) == line
         )
@@ -116,14 +122,20 @@ def plot(rows: list[dict], keys: list[str], summary: SummaryConfig, path: Path) 
             label=label,
         )
     axes.set_xticks(range(len(x_values)), [str(value) for value in x_values])
+    axes.set_xlim(-0.5, len(x_values) - 0.5)
     axes.set_xlabel(x_key)
     axes.set_ylabel(metric)
     if summary.y_from_zero:
         axes.set_ylim(bottom=0)
     repeats = sorted({row.get("repeats") for row in done if row.get("repeats") is not None})
     missing = len(rows) - len(done)
+    shown = (
+        f"median of {'/'.join(map(str, repeats))} repeats, bars min to max"
+        if any(f"{metric}_min" in row for row in done)
+        else "one value per job"
+    )
     axes.set_title(
-        f"{metric} by {x_key}: median of {'/'.join(map(str, repeats)) or '?'} repeats, bars min to max"
+        f"{metric} by {x_key}: {shown}"
         + (f"\n{missing} of {len(rows)} jobs without results" if missing else ""),
         fontsize=10,
     )
@@ -168,6 +180,9 @@ def summarize(sweep_dir: Path, summary: SummaryConfig | None = None, log_wandb: 
     for key in (summary.x, summary.hue):
         if key is not None and key not in keys:
             raise ValueError(f"summary x/hue {key!r} is not a key the sweep varies: {keys}")
+    measured = {key for job in jobs for key in job.metrics}
+    if measured and summary.metric not in measured:
+        raise ValueError(f"summary.metric={summary.metric!r} is in no job's results: {sorted(measured)}")
     rows = table_rows(jobs, keys)
     write_tables(rows, keys, summary.metric, sweep_dir)
     plot(rows, keys, summary, sweep_dir / PLOT_NAME)

@@ -1,5 +1,5 @@
 """The experiment runners on a tiny model: what they report and write (results.json, offline wandb runs),
-the sweep end to end with its summary, and engines that release everything when they shut down."""
+and engines that release everything when they shut down. Sweeps: test_sweep_summary.py."""
 
 import gc
 import json
