@@ -1,6 +1,9 @@
 """The tensor-parallel group: torch.distributed's default group (or one rank) as the layers see it, and
 joining and leaving it."""
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -34,16 +37,40 @@ def tcp_store(port: int, world_size: int) -> dist.TCPStore:
     )
 
 
+@contextmanager
+def nccl_errors_left_to_the_engine() -> Iterator[None]:
+    """While a NCCL group is created: by default, torch's NCCL watchdog ends the whole process when a
+    collective fails or times out, and rank 0 is the user's process. Mode 2 (CleanUpOnly) only aborts the
+    communicators, and the engine, which watches its workers, raises. A mode the user set is kept; the
+    variable is read when the group is made, and the process's environment is left as it was."""
+    name = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+    user_set = name in os.environ
+    os.environ.setdefault(name, "2")
+    try:
+        yield
+    finally:
+        if not user_set:
+            os.environ.pop(name, None)
+
+
 def init_tensor_parallel(store: dist.Store, rank: int, world_size: int, device: str) -> None:
     """Join the group; before the model is built, since the layers read tp_size() to shard themselves."""
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    dist.init_process_group(
-        backend, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
-    )
+    with nccl_errors_left_to_the_engine():
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT
+        )
 
 
-def destroy_tensor_parallel() -> None:
-    if dist.is_initialized():
+def destroy_tensor_parallel(abort: bool = False) -> None:
+    """Leave the group. A graceful destroy waits for this rank's queued collectives, which never end when a
+    peer is gone or out of step: `abort` then makes NCCL end them instead. Either way NCCL first waits for
+    every CUDA graph that captured its collectives to be destroyed: release the graphs before this."""
+    if not dist.is_initialized():
+        return
+    if abort and dist.get_backend() == "nccl":
+        dist.distributed_c10d._abort_process_group()  # no public API aborts a group yet
+    else:
         dist.destroy_process_group()
 
 

@@ -181,6 +181,17 @@ class GraphRunner:
         self.graphs[key].replay()
         return self.logits[key][: inputs.num_logits]
 
+    def release(self) -> None:
+        """Destroy the graphs now (a graph still running is freed when it ends), not whenever the last
+        reference goes: NCCL's communicator cannot be destroyed while a graph that captured its collectives
+        exists. Never waits for the device."""
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self.logits.clear()
+        self.static.clear()
+        self._copied.clear()
+
     def _pad_prefill(self, inputs: StepInputs, num_tokens: int) -> dict[str, torch.Tensor]:
         """A prefill step's host tensors padded to a prefill graph's shapes: `num_tokens` tokens (padded ones
         belong to no sequence and write no KV), `PREFILL_GRAPH_SEQS` sequences (empty ones) with block tables

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from nvllm.engine.scheduler import ScheduledBatch
@@ -9,10 +11,14 @@ from nvllm.engine.scheduler import ScheduledBatch
 
 class LaunchedBatch:
     """A batch queued on the device: its sampled tokens there (`[padded rows, steps]`) and, on CUDA, their
-    copy to pinned host memory, under way."""
+    copy to pinned host memory, under way. `wait_for_device` waits for a CUDA event (the model runner's:
+    with tensor parallelism it also watches the other ranks)."""
 
-    def __init__(self, batch: ScheduledBatch, tokens: torch.Tensor):
+    def __init__(
+        self, batch: ScheduledBatch, tokens: torch.Tensor, wait_for_device: Callable[[torch.cuda.Event], None]
+    ):
         self.batch, self._host, self._copied = batch, tokens, None
+        self._wait_for_device = wait_for_device
         if tokens.is_cuda:
             self._host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
             self._host.copy_(tokens, non_blocking=True)
@@ -23,5 +29,5 @@ class LaunchedBatch:
         """For each of `batch.sampled_seqs`, its tokens (waits for their copy only, not for work launched
         after it)."""
         if self._copied is not None:
-            self._copied.synchronize()
+            self._wait_for_device(self._copied)
         return self._host[: len(self.batch.sampled_seqs)].tolist()

@@ -150,7 +150,7 @@ class LLMEngine:
             steps, lambda logits, step: self.sampler.sample(logits, sampling, step)
         )
         self.scheduler.launched(batch)
-        return LaunchedBatch(batch, tokens)
+        return LaunchedBatch(batch, tokens, self.model_runner.wait_for_device)
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()

@@ -221,12 +221,23 @@ class ModelRunner:
             tokens.append(sampled)
         return torch.stack(tokens, dim=1)
 
-    def shutdown(self) -> None:
+    @staticmethod
+    def wait_for_device(event: torch.cuda.Event) -> None:
+        event.synchronize()
+
+    def shutdown(self, abort: bool = False) -> None:
+        """Release the model, its graphs and KV cache, and leave the tensor-parallel group. `abort`: a peer
+        rank is gone or out of step, so this rank's queued collectives would never end; nothing here
+        waits for the device before the group is aborted (which ends them)."""
+        if self.graph_runner is not None:
+            self.graph_runner.release()  # before the group goes: NCCL waits for them
         for layer in self._attention_layers(self.model):
             layer.k_cache = layer.v_cache = torch.empty(0)
         if self.compiled_model is not None:
             self.compiled_model.release()
         self.model = self.compiled_model = self.graph_runner = None
+        if self.config.parallel.tensor_parallel_size > 1:
+            destroy_tensor_parallel(abort)
         if self.device.startswith("cuda"):
             # cuBLAS keeps a workspace per stream it ran on, the CUDA-graph capture stream included: released
             # here, so that an engine leaves memory where it found it
@@ -234,5 +245,3 @@ class ModelRunner:
             if clear_cublas_workspaces is not None:
                 clear_cublas_workspaces()
             torch.cuda.empty_cache()
-        if self.config.parallel.tensor_parallel_size > 1:
-            destroy_tensor_parallel()

@@ -2,7 +2,8 @@
 buffer, with a `ready` and a `read` semaphore per reader; plus a slot per reader for the traceback of its
 failure.
 
-Every wait polls a liveness check, so a reader or writer that dies turns into an error instead of a hang.
+The writer's waits poll a liveness check of the readers, so a reader that dies turns into an error instead
+of a hang; a reader ends with the writer's process (see `tensor_parallel`), so it simply waits.
 Semaphores, not `multiprocessing.Event`s: an Event's `set()` waits for every process asleep in `wait()` to
 acknowledge, so a worker killed while waiting for a message made rank 0's next `set()` hang forever; a
 semaphore's `release()` never waits.
@@ -94,8 +95,8 @@ class ShmReader:
         # drop the writer's, and the tracker could no longer unlink the segment after a crash).
         self.shm = SharedMemory(self.name)
 
-    def receive(self, check: Callable[[], None]) -> Any:
-        _acquire(self.ready, check)
+    def receive(self) -> Any:
+        self.ready.acquire()
         (length,) = HEADER.unpack_from(self.shm.buf, 0)
         message = pickle.loads(self.shm.buf[HEADER.size : HEADER.size + length])
         self.read.release()

@@ -7,7 +7,15 @@ and the workers' receive them; the tokens rank 0 samples after each step reach t
 torch.distributed broadcast (on the device with NCCL), and every rank writes them into its own token table.
 The model's collectives (NCCL on CUDA, gloo on the CPU) keep the ranks in lockstep. A worker that raises
 leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for the
-workers, or when its own collective fails, and raises an error that names the worker.
+workers or for the device (with NCCL a dead peer's collectives never end: rank 0 never waits for the device
+without looking at its workers), or when its own collective fails, and raises an error that names the
+worker. A worker ends as soon as rank 0's process does, whatever it is doing.
+
+Stopping (on `shutdown`, when the engine is collected, or at interpreter exit before multiprocessing's own
+exit handler would stop the workers its way) is bounded: the workers are told to stop and given
+`JOIN_TIMEOUT_S`, then killed; the group is destroyed gracefully only when every worker ended cleanly,
+else aborted; every rank destroys its CUDA graphs before its group (NCCL waits for the graphs that captured
+its collectives); the shared memory is unlinked on every path.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 import weakref
 from multiprocessing.connection import wait as wait_for_exit
@@ -37,6 +47,7 @@ from nvllm.engine.step_inputs import StepInputs
 SHUTDOWN = "shutdown"
 JOIN_TIMEOUT_S = 10.0
 EXIT_GRACE_S = 5.0  # after rank 0's collective fails, how long a dying worker gets to be seen dead
+LIVENESS_CHECK_S = 0.01  # while rank 0 waits for the device, how often it looks at its workers
 
 
 def message_capacity(config: EngineConfig) -> int:
@@ -90,6 +101,7 @@ def _worker_main(
     handlers (they stop helpers such as inductor's compile workers) but without the interpreter's teardown,
     which takes seconds with torch loaded while rank 0 waits for the exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it then stops the workers
+    threading.Thread(target=_exit_with_rank0, args=(rank,), name="nvllm-rank0-watch", daemon=True).start()
     torch.set_num_threads(num_threads)  # on the CPU, a thread budget the caller set holds for every rank
     reader.open()
     exit_code = 0
@@ -106,6 +118,14 @@ def _worker_main(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exit_code)
+
+
+def _exit_with_rank0(rank: int) -> None:
+    """End this worker as soon as rank 0's process ends, whatever the worker is doing at that moment (waiting
+    for a message, or blocked in a collective that will never complete)."""
+    wait_for_exit([multiprocessing.parent_process().sentinel])
+    print(f"tensor-parallel worker rank {rank}: rank 0 is gone, exiting", file=sys.stderr, flush=True)
+    os._exit(1)
 
 
 class ShutdownRequested(Exception):
@@ -134,11 +154,11 @@ class Rank0Broadcaster(_GroupBroadcaster):
 
 
 class WorkerBroadcaster(_GroupBroadcaster):
-    def __init__(self, reader: ShmReader, check_parent):
-        self.reader, self.check_parent = reader, check_parent
+    def __init__(self, reader: ShmReader):
+        self.reader = reader
 
     def steps(self, steps: list[StepInputs] | None) -> list[StepInputs]:
-        message = self.reader.receive(self.check_parent)
+        message = self.reader.receive()
         if message == SHUTDOWN:
             raise ShutdownRequested
         return [unpack_inputs(fields) for fields in message]
@@ -146,27 +166,22 @@ class WorkerBroadcaster(_GroupBroadcaster):
 
 def _serve(config: EngineConfig, rank: int, store_port: int, reader: ShmReader) -> None:
     """Build this rank's shard, then run every batch rank 0 broadcasts, until told to stop."""
-    parent = multiprocessing.parent_process()
-
-    def check_parent() -> None:
-        if not parent.is_alive():
-            raise SystemExit(f"tensor-parallel worker rank {rank}: rank 0 is gone")
-
     store = tcp_store(store_port, config.parallel.tensor_parallel_size)
     store.set(f"joining/{rank}", "1")
-    runner = ModelRunner(config, rank, WorkerBroadcaster(reader, check_parent), store)
+    runner = ModelRunner(config, rank, WorkerBroadcaster(reader), store)
+    stopped_cleanly = False
     try:
         while True:
             runner.execute(None)  # the tokens are rank 0's to sample
     except ShutdownRequested:
-        pass
+        stopped_cleanly = True  # between batches: every collective of this rank has a match on the others
     finally:
-        runner.shutdown()
+        runner.shutdown(abort=not stopped_cleanly)
 
 
 class _Workers:
-    """The worker processes and the channel to them; `stop` is also the engine's finalizer, so it must not
-    hold the engine itself."""
+    """The worker processes, the channel to them and rank 0's own runner (`rank0`, once built); `stop` is
+    also the engine's finalizer, so it must not hold the engine itself."""
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -175,6 +190,7 @@ class _Workers:
         num_workers = config.parallel.tensor_parallel_size - 1
         self.channel = ShmBroadcast(message_capacity(config), num_workers, self.context)
         self.processes: list[multiprocessing.Process] = []  # started ones only
+        self.rank0: ModelRunner | None = None
         self.healthy = True
 
     def start(self) -> None:
@@ -233,23 +249,31 @@ class _Workers:
         self.channel.send(message, self.check)
 
     def stop(self) -> None:
-        """Ask the workers to stop (when they can still listen), end them if they do not, release the group
-        and unlink the shared memory. Safe after any failure; the finalizer makes sure it runs once."""
-        if self.healthy:
-            try:
-                self.broadcast(SHUTDOWN)
-            except RuntimeError:
-                pass  # a worker is already gone: ended below
-        for process in self.processes:
-            process.join(JOIN_TIMEOUT_S if self.healthy else 0)
-        for process in self.processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
-        self.healthy = False
-        destroy_tensor_parallel()
-        self.channel.close()
-        self.processes, self.store = [], None
+        """Ask the workers to stop (when they can still listen), end them if they do not, release rank 0's
+        runner and the group, and unlink the shared memory. Safe after any failure and bounded in time;
+        the finalizer makes sure it runs once."""
+        try:
+            if self.healthy:
+                try:
+                    self.broadcast(SHUTDOWN)
+                except RuntimeError:
+                    self.healthy = False  # a worker is already gone: ended below
+            for process in self.processes:
+                process.join(JOIN_TIMEOUT_S if self.healthy else 0)
+            # graceful only if every worker ended on the message: then each rank ran the same collectives
+            clean = self.healthy and all(process.exitcode == 0 for process in self.processes)
+            for process in self.processes:
+                if process.is_alive():
+                    process.kill()
+                process.join()
+            self.healthy = False
+            if self.rank0 is not None:
+                self.rank0.shutdown(abort=not clean)
+            else:
+                destroy_tensor_parallel(abort=not clean)
+        finally:
+            self.channel.close()
+            self.processes, self.store, self.rank0 = [], None, None
 
 
 class TensorParallelRunner:
@@ -264,11 +288,17 @@ class TensorParallelRunner:
                 "shut it down first"
             )
         self.workers = _Workers(config)
-        # runs on shutdown, on garbage collection, or at interpreter exit, whichever comes first
+        # Runs on shutdown, on garbage collection, or at interpreter exit, whichever comes first. At exit,
+        # before multiprocessing's exit handler (registered when it was imported, so it runs after this one),
+        # which would otherwise terminate the daemonic workers and then wait for them without a bound.
         self._finalizer = weakref.finalize(self, self.workers.stop)
+        self._finalizer.atexit = False
+        atexit.register(self._finalizer)
         try:
             self.workers.start()
-            self.runner = ModelRunner(config, 0, Rank0Broadcaster(self.workers), self.workers.store)
+            self.runner = self.workers.rank0 = ModelRunner(
+                config, 0, Rank0Broadcaster(self.workers), self.workers.store
+            )
         except BaseException as error:
             self._stop_after(error)
         self.device, self.backend, self.num_blocks = (
@@ -296,6 +326,18 @@ class TensorParallelRunner:
         except BaseException as error:
             self._stop_after(error)
 
+    def wait_for_device(self, event: torch.cuda.Event) -> None:
+        """Wait for `event` (the copy of a batch's tokens), raising if a worker dies meanwhile: with NCCL
+        a dead peer leaves rank 0's collectives, and so the event, waiting forever."""
+        next_check = time.monotonic() + LIVENESS_CHECK_S
+        while not event.query():
+            if time.monotonic() >= next_check:
+                try:
+                    self.workers.check()
+                except RuntimeError as error:
+                    self._stop_after(error)
+                next_check = time.monotonic() + LIVENESS_CHECK_S
+
     def _stop_after(self, error: BaseException) -> NoReturn:
         failure = self.workers.failure(error)
         self._finalizer()
@@ -305,5 +347,4 @@ class TensorParallelRunner:
 
     def shutdown(self) -> None:
         self._finalizer()
-        if getattr(self, "runner", None) is not None:
-            self.runner.shutdown()
+        atexit.unregister(self._finalizer)
