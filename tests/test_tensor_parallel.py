@@ -1,5 +1,6 @@
-"""Tensor parallelism on the CPU (gloo): TP=2 generates what TP=1 does, and a worker that raises or is killed
-makes `generate` fail fast, after which nothing of the engine is left behind."""
+"""Tensor parallelism on the CPU (gloo): TP=2 and TP=4 compute what TP=1 does, a worker that raises or is
+killed makes `generate` fail fast, after which nothing of the engine is left behind, and a script that
+never shuts its engine down exits promptly and leaves nothing behind either."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from nvllm.engine.block_manager import blocks_for
 from nvllm.engine.step_inputs import StepInputs
 from nvllm.engine.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
 from nvllm.run import compose_config
+from tests import tp_exit_script
 from tests.engine_utils import random_prompt, tiny_llm
 
 # 12 blocks of 16 tokens: four 20-token prompts that grow by 40 tokens each need 16, so some are preempted
@@ -54,13 +56,27 @@ def assert_released(shm_name: str, worker_pids: list[int]) -> None:
             os.kill(pid, 0)
 
 
-def test_tp2_generates_what_tp1_does():
+# the device machines keep NCCL's NVLink multicast off; spawned workers must see the same
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    entries = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    return dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry)
+
+
+def test_tp2_generates_what_tp1_does(monkeypatch):
     with tiny_llm(**SETTINGS) as llm:
         expected = generate_workload(llm)
+    for name, value in NO_MULTICAST.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
     with tiny_llm(tensor_parallel_size=2, **SETTINGS) as llm:
         assert tp_size() == 2
         shm_name, worker_pids = llm.model_runner.shm_name, llm.model_runner.worker_pids
         assert os.path.exists(f"/dev/shm/{shm_name}")
+        assert NO_MULTICAST.items() <= environment_of(worker_pids[0]).items()
+        assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ  # set only while the group is made
         outputs = generate_workload(llm)
     assert outputs == expected
     assert_released(shm_name, worker_pids)
@@ -184,3 +200,43 @@ def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
     )
     round_message = [pack_inputs(decode_step, width) for _ in range(sched.num_decode_steps)]
     assert len(pickle.dumps(round_message, protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)
+
+
+@pytest.mark.parametrize("how", ["return", "kept"])
+def test_a_script_that_never_shuts_its_engine_down_exits_promptly_and_leaves_nothing(how):
+    """The engine collected when `main()` returns, or still alive at interpreter exit."""
+    ended = tp_exit_script.run(how, "cpu", timeout_s=180)
+    assert ended.returncode == 0, ended.stderr
+    assert "leaked" not in ended.stderr and "Traceback" not in ended.stderr, ended.stderr  # resource tracker
+    assert not os.path.exists(f"/dev/shm/{ended.shm}")
+    assert not any(tp_exit_script.alive(pid) for pid in ended.worker_pids)
+    assert ended.exit_s < 20, f"{ended.exit_s:.1f}s from the end of generate to the end of the process"
+
+
+def test_workers_end_when_rank0_is_killed():
+    ended = tp_exit_script.run("killed", "cpu", timeout_s=180)
+    assert ended.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while any(tp_exit_script.alive(pid) for pid in ended.worker_pids):
+        assert time.monotonic() < deadline, "a worker outlived rank 0 by 10 s"
+        time.sleep(0.05)
+
+
+class NeverDone:
+    """A CUDA event for work that never ends: a collective whose peer is dead, as NCCL leaves it."""
+
+    def query(self) -> bool:
+        return False
+
+
+def test_rank0_waiting_for_the_device_sees_a_dead_worker():
+    llm = tiny_llm(tensor_parallel_size=2, **SETTINGS)
+    runner = llm.model_runner
+    shm_name, worker_pids = runner.shm_name, runner.worker_pids
+    os.kill(worker_pids[0], signal.SIGKILL)
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match=r"worker rank 1 \(pid \d+\) was killed by SIGKILL"):
+        runner.wait_for_device(NeverDone())
+    assert time.perf_counter() - start < 10
+    llm.shutdown()
+    assert_released(shm_name, worker_pids)
