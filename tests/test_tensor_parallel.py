@@ -26,6 +26,7 @@ from nvllm.engine.tensor_parallel import message_capacity, pack_inputs, unpack_i
 from nvllm.run import compose_config
 from tests import tp_exit_script
 from tests.engine_utils import random_prompt, tiny_llm
+from tests.parallel_oracle import prefill_logits
 
 # 12 blocks of 16 tokens: four 20-token prompts that grow by 40 tokens each need 16, so some are preempted
 SETTINGS = dict(kvcache_block_size=16, num_kvcache_blocks=12, max_model_len=128, max_num_batched_tokens=64)
@@ -56,6 +57,13 @@ def assert_released(shm_name: str, worker_pids: list[int]) -> None:
             os.kill(pid, 0)
 
 
+# one prefill step's worth (SETTINGS' token budget) of prompts
+LOGIT_PROMPTS = [random_prompt(length, seed=50 + length) for length in (5, 20, 36)]
+# fp32 on the CPU: a TP rank sums its shard's partial products, then the all-reduce sums the ranks', so the
+# order of additions (and nothing else) differs from TP=1
+FP32_SUM_ORDER = dict(rtol=1e-4, atol=1e-4)
+
+
 # the device machines keep NCCL's NVLink multicast off; spawned workers must see the same
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -67,6 +75,7 @@ def environment_of(pid: int) -> dict[str, str]:
 
 def test_tp2_generates_what_tp1_does(monkeypatch):
     with tiny_llm(**SETTINGS) as llm:
+        expected_logits = prefill_logits(llm, LOGIT_PROMPTS)
         expected = generate_workload(llm)
     for name, value in NO_MULTICAST.items():
         monkeypatch.setenv(name, value)
@@ -77,9 +86,23 @@ def test_tp2_generates_what_tp1_does(monkeypatch):
         assert os.path.exists(f"/dev/shm/{shm_name}")
         assert NO_MULTICAST.items() <= environment_of(worker_pids[0]).items()
         assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ  # set only while the group is made
+        torch.testing.assert_close(prefill_logits(llm, LOGIT_PROMPTS), expected_logits, **FP32_SUM_ORDER)
         outputs = generate_workload(llm)
     assert outputs == expected
     assert_released(shm_name, worker_pids)
+
+
+def test_tp4_computes_what_tp1_does():
+    """Four ranks (one KV head each): the logits of one prefill step, and greedy generations."""
+    prompts = [random_prompt(12, seed=i) for i in range(3)]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    with tiny_llm(**SETTINGS) as llm:
+        expected_logits = prefill_logits(llm, LOGIT_PROMPTS)
+        expected = llm.generate(prompts, params, use_tqdm=False)
+    with tiny_llm(tensor_parallel_size=4, **SETTINGS) as llm:
+        assert tp_size() == 4 and len(llm.model_runner.worker_pids) == 3
+        torch.testing.assert_close(prefill_logits(llm, LOGIT_PROMPTS), expected_logits, **FP32_SUM_ORDER)
+        assert llm.generate(prompts, params, use_tqdm=False) == expected
 
 
 def test_failed_workers_raise_then_a_new_engine_works():

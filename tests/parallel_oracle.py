@@ -1,0 +1,36 @@
+"""What the tensor-parallel tests compare an engine by: the logits of one prefill step, whatever the TP size
+(every rank runs the step, rank 0 keeps the logits), and where two greedy generations part."""
+
+from __future__ import annotations
+
+import torch
+
+from nvllm import LLM, SamplingParams
+
+
+def prefill_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
+    """`[prompts, vocab]` fp32 logits at each prompt's last token, from one prefill step of all of them
+    (they must fit the token budget together)."""
+    seqs = [llm.add_request(prompt, SamplingParams(max_tokens=1)) for prompt in prompts]
+    batch = llm.scheduler.schedule()
+    assert batch.is_prefill and set(batch.sampled_seqs) == set(seqs), "the prompts need one prefill step"
+    captured = []
+
+    def keep_logits(logits: torch.Tensor, step: int) -> torch.Tensor:
+        captured.append(logits.float().cpu())
+        return logits.argmax(dim=-1)
+
+    llm.model_runner.execute(llm.inputs.build(batch), keep_logits)
+    llm.abort_all()
+    rows = [batch.sampled_seqs.index(seq) for seq in seqs]
+    return captured[0][rows]
+
+
+def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    """The largest per-row relative L2 distance."""
+    return ((ours - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item()
+
+
+def parting(a: list[int], b: list[int]) -> int | None:
+    """The first index where two generations differ (None: they agree over the shorter one)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
