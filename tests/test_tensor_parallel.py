@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
-from experiments.config import engine_config_from_run_config
 
+from experiments.config import engine_config_from_run_config
 from nvllm import SamplingParams
 from nvllm.config import EngineConfig, to_dataclass
 from nvllm.distributed import tp_size

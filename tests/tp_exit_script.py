@@ -57,14 +57,16 @@ def run(how: str, device: str, timeout_s: float) -> Exit:
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as timeout:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        raise AssertionError(f"`{' '.join(command)}` still running after {timeout_s}s:\n{stdout}\n{stderr}")
+        message = f"`{' '.join(command)}` still running after {timeout_s}s:\n{stdout}\n{stderr}"
+        raise AssertionError(message) from timeout
     ended_at = time.time()
     report = json.loads(stdout.splitlines()[-1]) if stdout.strip() else {}
     assert report, f"the script failed before generating (exit code {process.returncode}):\n{stderr}"
-    return Exit(process.returncode, stderr, report["worker_pids"], report["shm"], ended_at - report["generated_at"])
+    exit_s = ended_at - report["generated_at"]
+    return Exit(process.returncode, stderr, report["worker_pids"], report["shm"], exit_s)
 
 
 def alive(pid: int) -> bool:

@@ -328,15 +328,20 @@ class TensorParallelRunner:
 
     def wait_for_device(self, event: torch.cuda.Event) -> None:
         """Wait for `event` (the copy of a batch's tokens), raising if a worker dies meanwhile: with NCCL
-        a dead peer leaves rank 0's collectives, and so the event, waiting forever."""
+        a dead peer leaves rank 0's collectives, and so the event, waiting forever. Checked once more when
+        the event is done: torch's watchdog may have aborted the collectives (their results are garbage)."""
         next_check = time.monotonic() + LIVENESS_CHECK_S
         while not event.query():
             if time.monotonic() >= next_check:
-                try:
-                    self.workers.check()
-                except RuntimeError as error:
-                    self._stop_after(error)
+                self._check_workers()
                 next_check = time.monotonic() + LIVENESS_CHECK_S
+        self._check_workers()
+
+    def _check_workers(self) -> None:
+        try:
+            self.workers.check()
+        except RuntimeError as error:
+            self._stop_after(error)
 
     def _stop_after(self, error: BaseException) -> NoReturn:
         failure = self.workers.failure(error)
