@@ -95,7 +95,7 @@ def test_tp2_generates_what_tp1_does(monkeypatch):
 def test_tp4_computes_what_tp1_does():
     """Four ranks (one KV head each): the logits of one prefill step, and greedy generations."""
     prompts = [random_prompt(12, seed=i) for i in range(3)]
-    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     with tiny_llm(**SETTINGS) as llm:
         expected_logits = prefill_logits(llm, LOGIT_PROMPTS)
         expected = llm.generate(prompts, params, use_tqdm=False)
