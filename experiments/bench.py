@@ -10,16 +10,24 @@ from omegaconf import DictConfig
 
 from experiments.engine import engine_metrics, report, timed_generate
 from experiments.job import job_run, prepare_job
+from experiments.profiling import measured_utilization, save_profile
 from experiments.repeats import measure_repeats
 
 
 def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     job = prepare_job(cfg, output_dir, name, job_type="bench")
     with job_run(job) as run:
-        repeated = measure_repeats(
-            run.llm, job.repeats, lambda repeat: timed_generate(run.llm, *run.requests(repeat))[1]
-        )
+
+        def measure(repeat: int) -> dict:
+            if repeat == 0:
+                run.llm.profiler.reset()  # the warm-up is not what is profiled
+            with measured_utilization(run.llm) as utilization:
+                metrics = timed_generate(run.llm, *run.requests(repeat))[1]
+            return {**metrics, **utilization}
+
+        repeated = measure_repeats(run.llm, job.repeats, measure)
         metrics = {**repeated.spread, **engine_metrics(run.llm)}
+        save_profile(run.llm, job.output_dir, run.wandb)
         run.record(metrics, repeated.per_repeat)
     print(report(metrics, job.repeats))
     return metrics

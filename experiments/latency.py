@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from experiments.engine import engine_metrics, measured, report
 from experiments.job import job_run, prepare_job
+from experiments.profiling import measured_utilization, save_profile
 from experiments.repeats import measure_repeats
 from nvllm import LLM
 from nvllm.engine.llm_engine import Prompt, tokens_per_second
@@ -59,7 +60,9 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
 
         def measure(repeat: int) -> dict:
             prompts, params = run.requests(repeat)
-            with measured(run.llm) as phases:
+            if repeat == 0:
+                run.llm.profiler.reset()  # the warm-up is not what is profiled
+            with measured(run.llm) as phases, measured_utilization(run.llm) as utilization:
                 first_token_s, token_s, output_tokens = step_times(run.llm, prompts[0], params[0])
             for seconds in token_s:
                 run.wandb.log({"token_latency_ms": seconds * 1e3})
@@ -69,10 +72,12 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 **phases,
                 "time_to_first_token_ms": first_token_s * 1e3,
                 **latency_percentiles_ms(token_s),
+                **utilization,
             }
 
         repeated = measure_repeats(run.llm, job.repeats, measure)
         metrics = {**repeated.spread, **engine_metrics(run.llm)}
+        save_profile(run.llm, job.output_dir, run.wandb)
         run.record(metrics, repeated.per_repeat)
     print(report(metrics, job.repeats))
     latencies = [

@@ -101,6 +101,15 @@ class AttentionConfig:
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    # time every host stage and each step's device work, and keep a record of every step and request
+    # (`llm.profiler`); off, the engine records nothing
+    enabled: bool = False
+    torch_trace_steps: int = 0  # engine steps recorded with torch.profiler (a Chrome trace); 0: none
+    torch_trace_start_step: int = 0  # engine steps let pass first (counted from the start or a reset)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -108,6 +117,7 @@ class EngineConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0  # the random weights and the sampling
 
@@ -127,6 +137,7 @@ FLAT_KEYS = {
     "num_decode_steps": "scheduler.num_decode_steps",
     "overlap_rounds": "scheduler.overlap_rounds",
     "attention_backend": "attention.backend",
+    "profile": "profile.enabled",
     "dtype": "model.dtype",
     "device": "device",
     "seed": "seed",
@@ -270,6 +281,11 @@ def validate(config: EngineConfig) -> None:
         )
     if (max_prefill_graph_tokens := config.compile.max_prefill_graph_tokens) < 0:
         problems.append(f"compile.max_prefill_graph_tokens={max_prefill_graph_tokens} must be 0 or more")
+    profile = config.profile
+    if profile.torch_trace_steps < 0 or profile.torch_trace_start_step < 0:
+        problems.append("profile.torch_trace_steps and profile.torch_trace_start_step must be 0 or more")
+    if profile.torch_trace_steps and not profile.enabled:
+        problems.append(f"profile.torch_trace_steps={profile.torch_trace_steps} needs profile.enabled=true")
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))
 

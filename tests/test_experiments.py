@@ -18,7 +18,14 @@ from nvllm import LLM, SamplingParams
 from nvllm.run import compose_config
 from tests.experiment_utils import SMALL_WORKLOAD, TINY, logged, run_file_holding
 
-REPEATED_METRICS = {"output_tokens", "wall_s", "output_tok_per_s", "prefill_tok_per_s", "decode_tok_per_s"}
+REPEATED_METRICS = {
+    "output_tokens",
+    "wall_s",
+    "output_tok_per_s",
+    "prefill_tok_per_s",
+    "decode_tok_per_s",
+    *(f"{phase}_{kind}" for phase in ("prefill", "decode") for kind in ("mfu", "mbu")),
+}
 BENCH_METRICS = {
     *(name + suffix for name in REPEATED_METRICS for suffix in ("", "_min", "_max")),
     "startup_s",

@@ -12,7 +12,7 @@ from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.compile_cache import save_cache_artifacts
 from nvllm.engine.graph_runner import decode_capture_sizes
 from nvllm.engine.launched_batch import LaunchedBatch
-from nvllm.engine.memory import check_fits
+from nvllm.engine.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.engine.model_runner import DTYPES, ModelRunner
 from nvllm.engine.requests import Prompt, check_request, paired, token_ids_of
 from nvllm.engine.scheduler import ScheduledBatch, Scheduler
@@ -20,8 +20,10 @@ from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
 from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
+from nvllm.profiling import make_profiler
 from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer import load_tokenizer
+from nvllm.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 
 logger = logging.getLogger("nvllm")
 
@@ -44,7 +46,14 @@ class LLMEngine:
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
         )
-        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
+        self.profiler = make_profiler(config.profile, self.device)
+        self.scheduler = Scheduler(
+            config.scheduler, self.block_manager, config.model.eos_token_id, profiler=self.profiler
+        )
+        self.profiler.watch(self.scheduler, self.block_manager)
+        dtype = DTYPES[config.model.dtype]
+        self.work = WorkCounter(ModelWork.of(config.model, dtype))
+        self.device_peak = device_peak(self.device, dtype)
         self.inputs = StepInputBuilder(
             self.model_runner.backend,
             self.block_manager,
@@ -65,6 +74,11 @@ class LLMEngine:
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
         self._generating = threading.Lock()
         self.prefill_seconds = self.decode_seconds = 0.0
+        self.profiler.set_memory(
+            weight_bytes(config, dtype),
+            self.block_manager.num_blocks * kv_bytes_per_block(config, dtype),
+            self.model_runner.cuda_graph_pool_bytes,
+        )
 
     def _log_startup(self) -> None:
         blocks, block_size = self.block_manager.num_blocks, self.config.cache.block_size
@@ -93,13 +107,17 @@ class LLMEngine:
         check_request(token_ids, params, self.config, self.block_manager)
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
+        self.profiler.lap("other")
         token_ids = token_ids_of(prompt, self.tokenizer)
         self.validate(token_ids, sampling_params)
-        return self._enqueue(token_ids, sampling_params)
+        seq = self._enqueue(token_ids, sampling_params)
+        self.profiler.lap("add_requests")
+        return seq
 
     def _enqueue(self, token_ids: list[int], sampling_params: SamplingParams) -> Sequence:
         seq = Sequence(token_ids, sampling_params)
         self.scheduler.add(seq)
+        self.profiler.request_arrived(seq)
         return seq
 
     # ---- the loop -----------------------------------------------------------------------------------
@@ -110,34 +128,45 @@ class LLMEngine:
         one's tokens are read, so that the host's work between rounds overlaps the device's. The next
         round's first step reads the current round's last tokens from the device's token table, as every
         decode step does."""
+        profiler = self.profiler
+        profiler.step_started()
         start = time.perf_counter()
         current, self.in_flight = self.in_flight, None
         if current is None:
             batch = self.scheduler.schedule()
+            profiler.lap("schedule")
             if not batch.seqs:
                 raise RuntimeError("scheduler found nothing to run although requests are pending")
             current = self.launch(batch)
         if self.config.scheduler.overlap_rounds:
             following = self.scheduler.schedule_next_round(current.batch)
+            profiler.lap("schedule")
             if following is not None:
                 self.in_flight = self.launch(following)
         generated_before = self.scheduler.num_generated_tokens
-        finished = self.scheduler.postprocess(current.batch, current.sampled_tokens())
+        sampled_tokens = current.sampled_tokens()
+        profiler.lap("wait_collect")
+        finished = self.scheduler.postprocess(current.batch, sampled_tokens)
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
         if current.batch.is_prefill:
-            self.num_prefill_tokens += current.batch.num_tokens
+            num_tokens = current.batch.num_tokens
+            self.num_prefill_tokens += num_tokens
             self.prefill_seconds += elapsed
         else:
-            self.num_decode_tokens += self.scheduler.num_generated_tokens - generated_before
+            num_tokens = self.scheduler.num_generated_tokens - generated_before
+            self.num_decode_tokens += num_tokens
             self.decode_seconds += elapsed
+        profiler.step_finished(current.batch, num_tokens, finished)
         return finished
 
     def launch(self, batch: ScheduledBatch) -> LaunchedBatch:
         """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
         nothing here waits for the device."""
+        profiler = self.profiler
         steps = self.inputs.build(batch)
+        profiler.lap("build_inputs")
         seqs = batch.sampled_seqs
         sampling = self.sampler.prepare(
             [seq.sampling_params for seq in seqs],
@@ -146,11 +175,18 @@ class LLMEngine:
             num_rows=steps[0].num_logits,
             num_steps=None if batch.is_prefill else batch.num_new_tokens,
         )
-        tokens = self.model_runner.execute(
-            steps, lambda logits, step: self.sampler.sample(logits, sampling, step)
+        profiler.lap("sample")
+        self.work.add(batch)
+        profiler.launch_started(batch)
+        sample = profiler.timed(
+            lambda logits, step: self.sampler.sample(logits, sampling, step), "launch", "sample"
         )
+        tokens = self.model_runner.execute(steps, sample)
+        profiler.launch_finished(batch)
         self.scheduler.launched(batch)
-        return LaunchedBatch(batch, tokens, self.model_runner.wait_for_device)
+        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device)
+        profiler.lap("launch")
+        return launched
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
@@ -172,18 +208,23 @@ class LLMEngine:
             return self._generate(prompts, sampling_params, use_tqdm)
 
     def _generate(self, prompts, sampling_params, use_tqdm: bool) -> list[dict]:
+        self.profiler.generate_started()
         requests = [(token_ids_of(p, self.tokenizer), sp) for p, sp in paired(prompts, sampling_params)]
         for token_ids, params in requests:  # all checked before any is queued
             self.validate(token_ids, params)
         try:
             seqs = [self._enqueue(token_ids, params) for token_ids, params in requests]
+            self.profiler.lap("add_requests")
             self._run_until_done(len(seqs), use_tqdm)
         finally:
             self.abort_all()
-        return [
+        outputs = [
             {"text": self.tokenizer.decode(seq.completion_token_ids), "token_ids": seq.completion_token_ids}
             for seq in seqs
         ]
+        self.profiler.lap("detokenize")
+        self.profiler.generate_finished()
+        return outputs
 
     def _run_until_done(self, num_requests: int, use_tqdm: bool) -> None:
         progress = tqdm(total=num_requests, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
@@ -203,7 +244,7 @@ class LLMEngine:
                 )
 
     def stats(self) -> dict:
-        return {
+        stats = {
             "num_kv_blocks": self.block_manager.num_blocks,
             "num_preemptions": self.scheduler.num_preemptions,
             "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
@@ -214,7 +255,10 @@ class LLMEngine:
             "prefill_tok_per_s": tokens_per_second(self.num_prefill_tokens, self.prefill_seconds),
             "decode_tok_per_s": tokens_per_second(self.num_decode_tokens, self.decode_seconds),
             **self.startup_timings,
+            **self.work.stats(),
         }
+        num_devices = self.config.parallel.tensor_parallel_size
+        return {**stats, **utilization_stats(stats, self.device_peak, num_devices)}
 
     def shutdown(self) -> None:
         if getattr(self, "model_runner", None) is not None:

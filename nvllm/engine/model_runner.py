@@ -73,6 +73,7 @@ class ModelRunner:
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
         self.trust_decode_guards = False
+        self.cuda_graph_pool_bytes: int | None = None  # device memory the CUDA-graph capture reserved
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
@@ -164,6 +165,7 @@ class ModelRunner:
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if uses_cuda_graphs(self.config):
+            reserved_before = torch.cuda.memory_reserved(self.device)
             self.graph_runner = GraphRunner(
                 self.compiled_model,
                 self.backend,
@@ -172,6 +174,7 @@ class ModelRunner:
                 self.device,
                 self.token_table,
             )
+            self.cuda_graph_pool_bytes = torch.cuda.memory_reserved(self.device) - reserved_before
         self.timings["capture_s"] = time.perf_counter() - start
         self.trust_decode_guards = True  # every decode shape has run (see CompiledModel)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from nvllm.config import SchedulerConfig
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.sequence import Sequence, SequenceStatus
+from nvllm.profiling import NullProfiler, Profiler
 
 
 @dataclass
@@ -44,8 +45,15 @@ class Scheduler:
     """FCFS continuous batching: prefill (chunked when it exceeds the token budget) before decode,
     and preemption by recompute of the newest running sequence when the KV cache runs out."""
 
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_id: int):
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        block_manager: BlockManager,
+        eos_token_id: int,
+        profiler: Profiler | NullProfiler | None = None,
+    ):
         self.config = config
+        self.profiler = profiler or NullProfiler()  # told of every admission and preemption
         self.block_manager = block_manager
         self.eos_token_id = eos_token_id
         self.waiting: deque[Sequence] = deque()
@@ -84,6 +92,7 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             seq.token_row = self.free_token_rows.pop()
             self.running.append(seq)
+            self.profiler.request_scheduled(seq)
             num_tokens = self._prefill_chunk(seq, budget)
             batch.add(seq, num_tokens)
             budget -= num_tokens
@@ -176,6 +185,7 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
+        self.profiler.request_preempted(seq)
 
     def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[list[int]]) -> list[Sequence]:
         """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in

@@ -307,6 +307,7 @@ class TensorParallelRunner:
             self.runner.num_blocks,
         )
         self.timings = self.runner.timings
+        self.cuda_graph_pool_bytes = self.runner.cuda_graph_pool_bytes
 
     @property
     def shm_name(self) -> str:

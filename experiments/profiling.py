@@ -1,0 +1,56 @@
+"""What a runner adds for seeing inside its run: MFU and MBU of what it measured, and with profiling on,
+the profiler's files, its torch trace and the figures, in the run dir and in the job's wandb run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import wandb
+
+from nvllm import LLM
+from nvllm.profiling.timeline import write_run_dir
+from nvllm.utilization import utilization_stats
+from nvllm.visualize import render
+
+TRACE_FILE = "trace.json"
+UTILIZATION_KEYS = ("prefill_s", "decode_s", "prefill_flops", "decode_flops", "prefill_bytes", "decode_bytes")
+
+
+@contextmanager
+def measured_utilization(llm: LLM) -> Iterator[dict]:
+    """MFU and MBU of the prefill and decode work done inside the block (None without a known peak), into
+    the yielded dict when the block ends."""
+    metrics: dict = {}
+    before = llm.stats()
+    yield metrics
+    after = llm.stats()
+    delta = {key: after[key] - before[key] for key in UTILIZATION_KEYS}
+    metrics.update(utilization_stats(delta, llm.device_peak, llm.config.parallel.tensor_parallel_size))
+
+
+def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
+    """With profiling on: the timelines, numbers and summary (printed too), the torch trace if one was
+    taken, and the figures into `output_dir`; the figures as images and the step timeline as time series
+    into the wandb run. Nothing with profiling off."""
+    profiler = llm.profiler
+    if not profiler.enabled:
+        return
+    output_dir = Path(output_dir)
+    write_run_dir(output_dir, profiler)
+    trace = profiler.export_trace(output_dir / TRACE_FILE)
+    figures = render(output_dir)
+    print(profiler.summary())
+    print(
+        f"Profile: {output_dir} (steps.csv, requests.csv, profile.json, figures/)"
+        + (f"; torch trace: {trace}" if trace else "")
+    )
+    wandb_job.define_metric("timeline/*", step_metric="timeline/time_s")
+    for step in profiler.steps():
+        values = {
+            key: value for key, value in step.items() if key not in ("step", "start_s", "end_s", "kind")
+        }
+        values.update(time_s=step["end_s"], is_prefill=int(step["kind"] == "prefill"))
+        wandb_job.log({f"timeline/{key}": value for key, value in values.items()})
+    wandb_job.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in figures})
