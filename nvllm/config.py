@@ -72,6 +72,11 @@ class SchedulerConfig:
     # wastes its steps of the next round. Rounds that need the current tokens on the host first (admitting
     # a prompt, preempting) are not overlapped.
     overlap_rounds: bool = True
+    # Admit the waiting requests that share a prompt prefix together (nvllm.engine.prefix_groups): one
+    # request computes the prefix first and the others then find it in the prefix cache, and a group's
+    # members run side by side, where cascade attention reads their prefix once per step. Reordering is
+    # bounded: no request is overtaken by more than max_num_seqs later ones.
+    group_prefixes: bool = True
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,9 @@ class CompileConfig:
 @dataclass(frozen=True)
 class AttentionConfig:
     backend: str = "auto"  # auto | flash_attn | torch
+    # Decode sequences that share leading KV blocks read them once per step (nvllm.attention.cascade):
+    # auto where the rule there says it pays, on for every group of two or more, off never.
+    cascade: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -251,6 +259,8 @@ def validate(config: EngineConfig) -> None:
         problems.append(f"cache.block_size={cache.block_size} must be positive")
     if config.attention.backend not in ("auto", "flash_attn", "torch"):
         problems.append(f"attention.backend={config.attention.backend!r} must be auto, flash_attn or torch")
+    if config.attention.cascade not in ("auto", "on", "off"):
+        problems.append(f"attention.cascade={config.attention.cascade!r} must be auto, on or off")
     if not 0 < cache.gpu_memory_utilization <= 1:
         problems.append(f"cache.gpu_memory_utilization={cache.gpu_memory_utilization} must be in (0, 1]")
     if cache.num_blocks is not None and cache.num_blocks < 1:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
 import torch
 
+from nvllm.attention.cascade import CascadePlan, plan_cascade
 from nvllm.transfer import to_device
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ class AttentionMetadata:
     # 0-d int32 on the host: how many parts a decode step splits each sequence's KV into (0: the kernel
     # picks). An input, not a constant, so that one compiled graph serves every choice.
     decode_kv_splits: torch.Tensor
+    cascade: CascadePlan | None = None  # decode steps whose rows share prefixes (nvllm.attention.cascade)
 
 
 class AttentionBackend:
@@ -50,10 +53,12 @@ class AttentionBackend:
     requirement: ClassVar[str]  # what `can_run` needs, for the error when it cannot
     block_size_multiple: ClassVar[int] = 1  # the KV block sizes its kernels can page through
 
-    def __init__(self, block_size: int, max_model_len: int):
+    def __init__(self, block_size: int, max_model_len: int, cascade: str = "off"):
+        """`cascade`: `attention.cascade` (auto | on | off)."""
         self.check_block_size(block_size)
         self.block_size = block_size
         self.max_model_len = max_model_len
+        self.cascade = cascade
         self.max_blocks_per_seq = -(-max_model_len // block_size)
         # one more (never read) column when a sequence fits one block: no graph of its own for width 1
         self.block_table_width = padded_size(self.max_blocks_per_seq)
@@ -75,6 +80,28 @@ class AttentionBackend:
         """KV splits of a decode step (0: the kernel's own choice)."""
         return 0
 
+    def step_kv_splits(self, inputs: StepInputs) -> int:
+        """KV splits of a step: none in prefill; a cascade step's remainders split as its plan says."""
+        if inputs.is_prefill:
+            return 0
+        if inputs.cascade is not None:
+            return inputs.cascade.kv_splits
+        return self.decode_kv_splits(inputs.num_seqs, inputs.longest_context)
+
+    def cascade_plan(self, block_tables: np.ndarray, step_seqlens_k: np.ndarray) -> CascadePlan | None:
+        """The cascade plan of a decode round (block tables `[rows, width]`, lengths `[steps, rows]`), or
+        None where `attention.cascade` finds no group that pays."""
+        if self.cascade == "off":
+            return None
+        num_rows = block_tables.shape[0]
+        return plan_cascade(
+            block_tables,
+            step_seqlens_k,
+            self.block_size,
+            self.cascade,
+            lambda longest_remainder: self.decode_kv_splits(num_rows, longest_remainder),
+        )
+
     def metadata(self, inputs: StepInputs, device: torch.device | str) -> AttentionMetadata:
         """The step's attention metadata on `device` (inputs already there are used as they are)."""
         return AttentionMetadata(
@@ -84,11 +111,6 @@ class AttentionBackend:
             block_tables=to_device(inputs.block_tables, device),
             max_seqlen_q=inputs.max_seqlen_q,
             max_seqlen_k=inputs.max_seqlen_k,
-            decode_kv_splits=self.kv_splits_tensor(inputs),
+            decode_kv_splits=torch.tensor(self.step_kv_splits(inputs), dtype=torch.int32),
+            cascade=inputs.cascade.to(device) if inputs.cascade is not None else None,
         )
-
-    def kv_splits_tensor(self, inputs: StepInputs) -> torch.Tensor:
-        splits = 0
-        if not inputs.is_prefill:
-            splits = self.decode_kv_splits(inputs.seqlens_k.shape[0], inputs.longest_context)
-        return torch.tensor(splits, dtype=torch.int32)

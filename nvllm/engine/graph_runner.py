@@ -1,5 +1,5 @@
 """CUDA graphs recorded by hand around the compiled model: decode steps per padded batch size (and per
-KV-split choice), small prefill steps per token bucket. A step that one of them holds is: copy its inputs
+KV-split choice, and with or without cascade attention), small prefill steps per token bucket. A step that one of them holds is: copy its inputs
 into the graphs' static buffers, replay. Replaying a `torch.cuda.CUDAGraph` goes through neither dynamo's
 guards nor inductor's graph-tree bookkeeping, which cost more host time per step than a small decode step
 takes on the GPU (experiments/results/2026-11-29-h200-qwen3-0.6b.md)."""
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
 from nvllm.attention.backend import MIN_SIZE
+from nvllm.attention.cascade import CascadePlan, empty_plan
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
 from nvllm.transfer import copy_from_host, to_device
@@ -36,6 +37,16 @@ DECODE_STEP_INPUTS = (
     "seqlens_k",
     "block_tables",
 )  # copied per step
+# a cascade plan's tensors, copied once per round: its groups are inputs of the graph, not part of it
+CASCADE_INPUTS = (
+    "query_order",
+    "batch_order",
+    "prefix_lens",
+    "prefix_blocks",
+    "group_rows",
+    "group_cu_seqlens_q",
+    "group_cu_seqlens_k",
+)
 
 
 def uses_cuda_graphs(config: EngineConfig) -> bool:
@@ -102,6 +113,13 @@ class GraphRunner:
             self.static["decode"] = self._static_buffers(
                 dummy_step(backend, decode_sizes[-1], decode_sizes[-1])
             )
+        # Cascade steps get graphs of their own, keyed by batch size and KV splits only: the groups, their
+        # sizes and prefix lengths are tensors, bounded by the batch size (queries in a group), max_model_len
+        # (a prefix) and MAX_CASCADE_GROUPS, so one graph per size serves every plan.
+        cascade = backend.cascade != "off" and bool(decode_sizes)
+        if cascade:
+            plan = empty_plan(decode_sizes[-1], decode_sizes[-1], 0).to(device)
+            self.static["cascade"] = {name: getattr(plan, name) for name in CASCADE_INPUTS}
         if buckets:
             prefill = self._static_buffers(dummy_step(backend, buckets[-1], PREFILL_GRAPH_SEQS))
             for name in ("cu_seqlens_q", "seqlens_k", "logits_indices"):
@@ -117,10 +135,11 @@ class GraphRunner:
         pool = None  # shared by every graph (they never run at the same time); the largest first
         for size in reversed(decode_sizes):
             for splits in sorted({0, backend.decode_kv_splits(size, longest_context=1)}):
-                key = ("decode", size, splits)
-                args = self._arguments("decode", size, size, splits)
-                graph, self.logits[key] = record(decode_forward, args, pool)
-                self.graphs[key], pool = graph, graph.pool()
+                for kind in ("decode", "cascade") if cascade else ("decode",):
+                    key = (kind, size, splits)
+                    args = self._arguments(kind, size, size, splits)
+                    graph, self.logits[key] = record(decode_forward, args, pool)
+                    self.graphs[key], pool = graph, graph.pool()
         for num_tokens in reversed(buckets):
             key = ("prefill", num_tokens)
             args = self._arguments("prefill", num_tokens, PREFILL_GRAPH_SEQS, 0)
@@ -132,6 +151,21 @@ class GraphRunner:
         return {name: to_device(getattr(inputs, name), self.device) for name in STATIC_INPUTS}
 
     def _arguments(self, kind: str, num_tokens: int, num_seqs: int, kv_splits: int) -> tuple:
+        """A graph's inputs: views of the static buffers. `kind`: decode, cascade (a decode step by cascade
+        attention) or prefill."""
+        cascade = None
+        if kind == "cascade":
+            kind, rows = "decode", num_seqs
+            static = self.static["cascade"]
+            per_row = ("query_order", "batch_order", "prefix_lens", "prefix_blocks")
+            cascade = CascadePlan(
+                **{name: static[name][:rows] for name in per_row},
+                group_rows=static["group_rows"],
+                group_cu_seqlens_q=static["group_cu_seqlens_q"],
+                group_cu_seqlens_k=static["group_cu_seqlens_k"],
+                max_group_size=rows,
+                kv_splits=kv_splits,
+            )
         static = self.static[kind]
         meta = AttentionMetadata(
             slot_mapping=static["slot_mapping"][:num_tokens],
@@ -141,6 +175,7 @@ class GraphRunner:
             max_seqlen_q=MIN_SIZE if kind == "decode" else num_tokens,  # upper bounds, as the builder's are
             max_seqlen_k=self.backend.max_model_len,
             decode_kv_splits=torch.tensor(kv_splits, dtype=torch.int32),
+            cascade=cascade,
         )
         return (
             static["token_rows" if kind == "decode" else "input_ids"][:num_tokens],
@@ -157,8 +192,8 @@ class GraphRunner:
                 and inputs.num_tokens <= self.buckets[-1]
             )
             return ("prefill", next(t for t in self.buckets if t >= inputs.num_tokens)) if fits else None
-        splits = self.backend.decode_kv_splits(inputs.num_seqs, inputs.longest_context)
-        key = ("decode", inputs.num_seqs, splits)
+        kind = "decode" if inputs.cascade is None else "cascade"
+        key = (kind, inputs.num_seqs, self.backend.step_kv_splits(inputs))
         return key if key in self.graphs and inputs.input_ids is None else None
 
     def can_replay(self, inputs: StepInputs) -> bool:
@@ -173,10 +208,12 @@ class GraphRunner:
             for name, tensor in self._pad_prefill(inputs, key[1]).items():
                 copy_from_host(self.static["prefill"][name][: tensor.shape[0]], tensor)
         else:
-            for name in DECODE_STEP_INPUTS:
-                source = getattr(inputs, name)
+            sources = [("decode", name, getattr(inputs, name)) for name in DECODE_STEP_INPUTS]
+            if inputs.cascade is not None:
+                sources += [("cascade", name, getattr(inputs.cascade, name)) for name in CASCADE_INPUTS]
+            for kind, name, source in sources:
                 if source is not self._copied.get(name):  # a round's steps share one block table: copied once
-                    self.static["decode"][name][: source.shape[0]].copy_(source, non_blocking=True)
+                    self.static[kind][name][: source.shape[0]].copy_(source, non_blocking=True)
                     self._copied[name] = source  # held, so that its id cannot pass to a new tensor
         self.graphs[key].replay()
         return self.logits[key][: inputs.num_logits]

@@ -67,7 +67,7 @@ class ModelRunner:
             init_tensor_parallel(tp_store, rank, config.parallel.tensor_parallel_size, self.device)
         self.dtype = DTYPES[config.model.dtype]
         self.backend = BACKENDS[config.attention.backend](
-            config.cache.block_size, config.scheduler.max_model_len
+            config.cache.block_size, config.scheduler.max_model_len, config.attention.cascade
         )
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile

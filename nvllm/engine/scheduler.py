@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from nvllm.config import SchedulerConfig
 from nvllm.engine.block_manager import BlockManager
+from nvllm.engine.prefix_grouping import PrefixGrouping
 from nvllm.engine.sequence import Sequence, SequenceStatus
 from nvllm.profiling import NullProfiler, Profiler
 
@@ -62,6 +63,9 @@ class Scheduler:
         self.free_token_rows = list(range(config.max_num_seqs))
         self.num_preemptions = 0
         self.num_generated_tokens = 0  # sampled tokens kept (those sampled after a stop are not)
+        self.prefix_grouping = None
+        if config.group_prefixes:
+            self.prefix_grouping = PrefixGrouping(block_manager.block_size, max_bypass=config.max_num_seqs)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -81,14 +85,17 @@ class Scheduler:
                 budget -= num_tokens
         # with one token of budget left, `_prefill_chunk` could take nothing of a new prompt (one of two
         # tokens would leave the other for a decode step): admission waits for the next step
-        while self.waiting and budget >= 2 and len(self.running) < self.config.max_num_seqs:
-            seq = self.waiting[0]
+        waiting_before, admitted = list(self.waiting), []
+        for seq in self._admission_order():
+            if budget < 2 or len(self.running) >= self.config.max_num_seqs:
+                break
             if not self.config.chunked_prefill and batch.seqs and seq.host_len > budget:
                 break
             if not self.block_manager.can_allocate(seq):
                 break
             self.block_manager.allocate(seq)
-            self.waiting.popleft()
+            self.waiting.remove(seq)
+            admitted.append(seq)
             seq.status = SequenceStatus.RUNNING
             seq.token_row = self.free_token_rows.pop()
             self.running.append(seq)
@@ -96,7 +103,16 @@ class Scheduler:
             num_tokens = self._prefill_chunk(seq, budget)
             batch.add(seq, num_tokens)
             budget -= num_tokens
+        if self.prefix_grouping is not None:
+            self.prefix_grouping.admitted(admitted, waiting_before)
         return batch
+
+    def _admission_order(self) -> list[Sequence]:
+        """The waiting sequences in the order a prefill step tries to admit them (it stops at the first
+        that does not fit): the queue's, or grouped by shared prefix (`scheduler.group_prefixes`)."""
+        if self.prefix_grouping is None:
+            return list(self.waiting)
+        return self.prefix_grouping.admission_order(list(self.waiting), self.running)
 
     @staticmethod
     def _prefill_chunk(seq: Sequence, budget: int) -> int:
@@ -152,10 +168,11 @@ class Scheduler:
 
     def _can_admit(self) -> bool:
         """Whether a prefill step could take the first waiting prompt now."""
+        order = self._admission_order() if self.waiting else []
         return (
-            bool(self.waiting)
+            bool(order)
             and len(self.running) < self.config.max_num_seqs
-            and self.block_manager.can_allocate(self.waiting[0])
+            and self.block_manager.can_allocate(order[0])
         )
 
     def launched(self, batch: ScheduledBatch) -> None:

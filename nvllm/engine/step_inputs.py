@@ -16,6 +16,7 @@ import torch
 
 from nvllm.attention import AttentionBackend, one_query_per_sequence, padded_size
 from nvllm.attention.backend import MIN_SIZE
+from nvllm.attention.cascade import CascadePlan
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.transfer import to_device
@@ -45,6 +46,8 @@ class StepInputs:
     is_prefill: bool
     # the most tokens any sequence attends to (decode's `max_seqlen_k` stays at max_model_len for its graphs)
     longest_context: int
+    # decode: the round's prefix groups, where cascade attention serves them (shared by its steps)
+    cascade: CascadePlan | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -73,6 +76,7 @@ def to_device_round(steps: list[StepInputs], device: torch.device | str) -> list
         name: to_device(getattr(steps[0], name), device)
         for name in ("cu_seqlens_q", "block_tables", "logits_indices", "token_rows")
     }
+    shared["cascade"] = steps[0].cascade.to(device) if steps[0].cascade is not None else None
     return [
         dataclasses.replace(step, **{name: rows[index] for name, rows in per_step.items()}, **shared)
         for index, step in enumerate(steps)
@@ -180,6 +184,7 @@ class StepInputBuilder:
         all_seqlens = padded_steps(positions + 1, 0, torch.int32)
         all_sampled_rows = padded_steps(sampled_rows, self.scratch_row, torch.int64)
         longest = (positions.max(axis=1) + 1).tolist()
+        cascade = self.backend.cascade_plan(block_tables, all_seqlens.numpy())
         shared = dict(
             input_ids=None,
             token_rows=torch.tensor(padded(token_rows.tolist(), size, self.scratch_row), dtype=torch.int64),
@@ -189,6 +194,7 @@ class StepInputBuilder:
             max_seqlen_k=self.backend.max_model_len,
             logits_indices=torch.arange(size),
             is_prefill=False,
+            cascade=cascade,
         )
         return [
             StepInputs(

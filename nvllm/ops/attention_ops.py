@@ -95,3 +95,59 @@ def attention(
 @attention.register_fake
 def _(query, *_):
     return query.new_empty(query.shape)  # contiguous (both backends return that), whatever the query's layout
+
+
+# The two passes of cascade attention (see nvllm.attention.cascade), each returning its softmax log-sum-exp
+# (natural log, fp32) beside its output, so that the model merges them.
+@torch.library.custom_op("nvllm::prefix_attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+def prefix_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    block_tables: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    scale: float,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-causal attention of query groups to their shared prefixes: group g's queries are rows
+    `cu_seqlens_q[g]:cu_seqlens_q[g + 1]` of `query` and its prefix the first `cu_seqlens_k[g + 1] -
+    cu_seqlens_k[g]` tokens of the blocks in `block_tables[g]`. Returns the output `[rows, heads, head_dim]`
+    and the log-sum-exp `[heads, rows]` (flash-attn's varlen layout); rows past the last group's are left
+    undefined, and so are a group's whose prefix is empty."""
+    return _implementation(backend).prefix_attention(
+        query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    )
+
+
+@prefix_attention.register_fake
+def _(query, *_):
+    return query.new_empty(query.shape), query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op(
+    "nvllm::decode_attention_with_lse", mutates_args=(), tags=(torch.Tag.flexible_layout,)
+)
+def decode_attention_with_lse(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seqlens_k: torch.Tensor,
+    block_tables: torch.Tensor,
+    decode_kv_splits: torch.Tensor,
+    scale: float,
+    backend: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i's one query `[rows, heads, head_dim]` attends to the `seqlens_k[i]` tokens of the blocks in
+    `block_tables[i]`. Returns the output and the log-sum-exp `[rows, heads]`; a row with no tokens gets a
+    zero output and an undefined log-sum-exp."""
+    return _implementation(backend).decode_attention_with_lse(
+        query, k_cache, v_cache, seqlens_k, block_tables, int(decode_kv_splits), scale
+    )
+
+
+@decode_attention_with_lse.register_fake
+def _(query, *_):
+    return query.new_empty(query.shape), query.new_empty(query.shape[:2], dtype=torch.float32)

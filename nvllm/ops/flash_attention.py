@@ -58,17 +58,24 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     )
 
 
+def _decode(query, k_cache, v_cache, seqlens_k, block_tables, kv_splits: int, scale: float, return_lse: bool):
+    return flash_attn_with_kvcache(
+        query.unsqueeze(1),
+        k_cache,
+        v_cache,
+        cache_seqlens=seqlens_k,
+        block_table=block_tables,
+        softmax_scale=scale,
+        causal=True,
+        num_splits=kv_splits,
+        return_softmax_lse=return_lse,
+    )
+
+
 def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
     if one_query_per_sequence(query.shape[0], batch.seqlens_k.shape[0]):
-        out = flash_attn_with_kvcache(
-            query.unsqueeze(1),
-            k_cache,
-            v_cache,
-            cache_seqlens=batch.seqlens_k,
-            block_table=batch.block_tables,
-            softmax_scale=scale,
-            causal=True,
-            num_splits=batch.decode_kv_splits,
+        out = _decode(
+            query, k_cache, v_cache, batch.seqlens_k, batch.block_tables, batch.decode_kv_splits, scale, False
         )
         return out.squeeze(1)
     cu_seqlens_k = F.pad(batch.seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
@@ -84,3 +91,29 @@ def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch
         causal=True,
         block_table=batch.block_tables,
     )
+
+
+def prefix_attention(
+    query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse, _ = flash_attn_varlen_func(
+        query,
+        k_cache,
+        v_cache,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        softmax_scale=scale,
+        causal=False,
+        block_table=block_tables,
+        return_attn_probs=True,  # the log-sum-exp (no probabilities are computed without dropout)
+    )
+    return out, lse
+
+
+def decode_attention_with_lse(
+    query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _decode(query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale, True)
+    return out.squeeze(1), lse.squeeze(-1)

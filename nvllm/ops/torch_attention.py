@@ -1,7 +1,8 @@
 """The pure-PyTorch backend: runs on any device, and is the oracle the flash-attn backend is tested against.
 
 It gathers each sequence's blocks into a dense K/V and calls SDPA with the causal mask shifted by the
-cached prefix, one sequence at a time: simple to check by eye, not fast.
+cached prefix, one sequence at a time: simple to check by eye, not fast. Cascade attention's two passes
+compute their softmax by hand, in fp32, for the log-sum-exp they return.
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
 def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
     """The causal attention of `nvllm::attention`, one sequence at a time (nothing to split)."""
     out = query.new_zeros(query.shape)  # contiguous whatever the query's layout, as the op promises
-    block_size = k_cache.shape[1]
     starts = batch.cu_seqlens_q.tolist()
     for i, len_k in enumerate(batch.seqlens_k.tolist()):
         start, end = starts[i], starts[i + 1]
         len_q = end - start
         if len_q == 0 or len_k == 0:
             continue  # padding
-        blocks = batch.block_tables[i, : -(-len_k // block_size)].long()
-        key = k_cache[blocks].flatten(0, 1)[:len_k]
-        value = v_cache[blocks].flatten(0, 1)[:len_k]
+        key, value = _paged_kv(k_cache, v_cache, batch.block_tables[i], len_k)
         # query j sits at position len_k - len_q + j and sees every key up to and including that position
         positions_q = torch.arange(len_k - len_q, len_k, device=query.device)
         mask = torch.arange(len_k, device=query.device)[None, :] <= positions_q[:, None]
@@ -48,3 +46,50 @@ def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch
         )
         out[start:end] = attended.transpose(0, 1)
     return out
+
+
+def _paged_kv(k_cache, v_cache, block_table: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `num_tokens` tokens' K and V `[tokens, kv_heads, head_dim]` through one block table."""
+    blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
+    return k_cache[blocks].flatten(0, 1)[:num_tokens], v_cache[blocks].flatten(0, 1)[:num_tokens]
+
+
+def _attend_with_lse(query, key, value, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every query `[q, heads, head_dim]` attends to every key, in fp32: the output in the query's dtype and
+    the log-sum-exp `[q, heads]`."""
+    group = query.shape[1] // key.shape[1]  # query heads per KV head
+    key = key.float().repeat_interleave(group, dim=1)
+    value = value.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", query.float(), key) * scale
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.einsum("hqk,khd->qhd", torch.exp(scores - lse[..., None]), value)
+    return out.to(query.dtype), lse.t()
+
+
+def prefix_attention(
+    query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out = query.new_zeros(query.shape)
+    lse = torch.full((query.shape[1], query.shape[0]), float("-inf"), device=query.device)
+    starts, prefix_starts = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for group in range(len(starts) - 1):
+        start, end = starts[group], starts[group + 1]
+        prefix_len = prefix_starts[group + 1] - prefix_starts[group]
+        if end == start or prefix_len == 0:
+            continue
+        key, value = _paged_kv(k_cache, v_cache, block_tables[group], prefix_len)
+        out[start:end], group_lse = _attend_with_lse(query[start:end], key, value, scale)
+        lse[:, start:end] = group_lse.t()
+    return out, lse
+
+
+def decode_attention_with_lse(
+    query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale
+) -> tuple[torch.Tensor, torch.Tensor]:
+    out = query.new_zeros(query.shape)
+    lse = torch.full(query.shape[:2], float("-inf"), device=query.device)
+    for row, len_k in enumerate(seqlens_k.tolist()):
+        if len_k > 0:
+            key, value = _paged_kv(k_cache, v_cache, block_tables[row], len_k)
+            out[row : row + 1], lse[row : row + 1] = _attend_with_lse(query[row : row + 1], key, value, scale)
+    return out, lse

@@ -1,0 +1,200 @@
+"""Cascade attention on the CPU (torch backend, fp32): a decode step by cascade gives the logits of the same
+step attended the plain way, in every shape of prefix sharing, and generation is unchanged by it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+from nvllm import SamplingParams
+from nvllm.attention import cascade
+from nvllm.attention.cascade import cascade_pays, plan_cascade, prefix_groups
+from nvllm.layers.cascade_attention import merge_by_lse
+from tests.engine_utils import random_prompt, tiny_llm
+
+BLOCK = 4
+GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+
+
+# relative to the step's largest logit (~10 here): fp32 rounding over the layers puts the two paths ~1e-6 apart
+TOLERANCE = 1e-5
+
+
+@dataclasses.dataclass
+class Compared:
+    worst: float  # the largest logit difference over what the tolerance allows (at most 1 passes)
+    groups: list[tuple[int, int]]  # (rows, prefix tokens) of each group
+    preemptions_before: int
+
+
+@contextmanager
+def cascade_against_plain(llm) -> Iterator[list[Compared]]:
+    """Every decode step with a cascade plan also runs without it (the same KV written twice); the step
+    goes on with the cascade logits, and how far they are from the plain ones is recorded."""
+    runner, compared = llm.model_runner, []
+    forward = runner.forward
+
+    def both(inputs):
+        if inputs.cascade is None:
+            return forward(inputs)
+        plain = forward(dataclasses.replace(inputs, cascade=None)).clone()
+        by_cascade = forward(inputs)
+        plan = inputs.cascade
+        cu_q, cu_k = plan.group_cu_seqlens_q.tolist(), plan.group_cu_seqlens_k.tolist()
+        groups = [(cu_q[g + 1] - cu_q[g], cu_k[g + 1] - cu_k[g]) for g in range(len(cu_q) - 1)]
+        compared.append(
+            Compared(
+                worst=((plain - by_cascade).abs().max() / (TOLERANCE * plain.abs().max())).item(),
+                groups=[group for group in groups if group[0]],
+                preemptions_before=llm.scheduler.num_preemptions,
+            )
+        )
+        return by_cascade
+
+    runner.forward = both
+    try:
+        yield compared
+    finally:
+        del runner.forward
+
+
+def shared(prefix: list[int], count: int, seed: int, suffix_len: int = 3) -> list[list[int]]:
+    return [prefix + random_prompt(suffix_len + i % 3, seed + i) for i in range(count)]
+
+
+def run_compared(prompts: list[list[int]], **overrides) -> list[Compared]:
+    settings = dict(kvcache_block_size=BLOCK, max_model_len=96, attention__cascade="on")
+    with tiny_llm(**(settings | overrides)) as llm, cascade_against_plain(llm) as compared:
+        llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert compared, "no decode step was served by cascade"
+    worst = max(step.worst for step in compared)
+    assert worst <= 1, f"cascade logits {worst:.1f}x the tolerance from the plain path's"
+    return compared
+
+
+def test_one_group_equals_plain_attention():
+    compared = run_compared(shared(random_prompt(21, 1), 5, seed=10))
+    assert any(step.groups == [(5, 20)] for step in compared), [step.groups for step in compared]
+
+
+def test_several_groups_equal_plain_attention():
+    prompts = (
+        shared(random_prompt(13, 2), 3, seed=20)
+        + shared(random_prompt(26, 3), 4, seed=30)
+        + shared(random_prompt(9, 4), 2, seed=40)
+    )
+    compared = run_compared(prompts)
+    assert any(sorted(step.groups) == [(2, 8), (3, 12), (4, 24)] for step in compared)
+
+
+def test_a_prefix_of_exactly_one_block():
+    compared = run_compared(shared(random_prompt(BLOCK, 5), 4, seed=50, suffix_len=5))
+    assert any(step.groups == [(4, BLOCK)] for step in compared)
+
+
+def test_sequences_that_share_nothing_beside_a_group():
+    loners = [random_prompt(length, 60 + length) for length in (3, 11, 17)]
+    prompts = shared(random_prompt(14, 6), 3, seed=70) + loners
+    compared = run_compared(prompts)
+    assert any(step.groups == [(3, 12)] for step in compared)
+
+
+def test_after_a_preemption():
+    prompts = shared(random_prompt(17, 7), 6, seed=80)
+    # 12 blocks: the six outgrow them as they decode, and the newest are preempted and recomputed
+    compared = run_compared(prompts, num_kvcache_blocks=12, max_model_len=48)
+    assert any(step.preemptions_before > 0 for step in compared), "no cascade step after a preemption"
+
+
+@pytest.mark.parametrize("group_prefixes", [True, False])
+def test_greedy_outputs_do_not_depend_on_cascade_or_grouping(group_prefixes):
+    rng = np.random.default_rng(0)
+    prefixes = [random_prompt(n, 90 + n) for n in (10, 23)]
+    # interleaved, so that grouped admission reorders them
+    prompts = [prefixes[i % 2] + random_prompt(int(rng.integers(1, 9)), 100 + i) for i in range(8)]
+    prompts.append(random_prompt(7, 120))
+    outputs = {}
+    for mode in ("off", "on"):
+        with tiny_llm(
+            kvcache_block_size=BLOCK,
+            max_model_len=64,
+            attention__cascade=mode,
+            scheduler__group_prefixes=group_prefixes,
+        ) as llm:
+            outputs[mode] = llm.generate(prompts, GREEDY, use_tqdm=False)
+    reference = outputs["off"]
+    assert outputs["on"] == reference
+    if group_prefixes:  # and grouping changes nothing either (the other parametrisation ran off/off)
+        with tiny_llm(
+            kvcache_block_size=BLOCK, max_model_len=64, attention__cascade="off", scheduler__group_prefixes=False
+        ) as llm:
+            assert llm.generate(prompts, GREEDY, use_tqdm=False) == reference
+
+
+def test_prefix_groups_count_full_blocks_before_the_newest_token_only():
+    tables = np.array(
+        [
+            [7, 8, 9, 0],  # 9 tokens: blocks 7, 8 full, the newest token in block 9
+            [7, 8, 5, 0],  # 12 tokens: 7, 8 full, the newest in block 5
+            [7, 8, 9, 0],  # 8 tokens: only 7 full (block 8 holds the newest); same tables as row 0
+            [0, 0, 0, 0],  # padding: no tokens
+            [0, 0, 0, 0],  # 5 tokens in block 0 and the next one: block 0 full (zeros pad the table)
+            [0, 3, 0, 0],  # 6 tokens: block 0 full
+        ]
+    )
+    seqlens = np.array([9, 12, 8, 0, 5, 6])
+    assert sorted(prefix_groups(tables, seqlens, BLOCK)) == [([0, 1, 2], 1), ([4, 5], 1)]
+    assert prefix_groups(tables, np.array([9, 12, 0, 0, 1, 1]), BLOCK) == [([0, 1], 2)]
+
+
+def test_plan_orders_groups_and_bounds_their_number(monkeypatch):
+    monkeypatch.setattr(cascade, "MAX_CASCADE_GROUPS", 2)
+    # three groups of two: prefixes of 1, 3 and 2 blocks; the two that save most are served
+    tables = np.array([[1, 2, 3, 9], [1, 2, 3, 8], [4, 9, 0, 0], [4, 8, 0, 0], [5, 6, 7, 1], [5, 6, 2, 3]])
+    seqlens = np.array([[14, 14, 6, 6, 13, 9], [15, 15, 7, 7, 14, 10]])
+    plan = plan_cascade(tables, seqlens, BLOCK, "on", kv_splits=lambda longest: longest)
+    assert plan.query_order.tolist() == [0, 1, 4, 5, 2, 3]
+    assert plan.batch_order.tolist() == [0, 1, 4, 5, 2, 3]
+    assert plan.prefix_lens.tolist() == [12, 12, 0, 0, 8, 8]
+    assert plan.prefix_blocks.tolist() == [3, 3, 0, 0, 2, 2]
+    assert plan.group_cu_seqlens_q.tolist() == [0, 2, 4]
+    assert plan.group_cu_seqlens_k.tolist() == [0, 12, 20]
+    assert plan.group_rows.tolist() == [0, 4]
+    assert plan.kv_splits == 7  # the longest remainder of any step: row 2's 7 tokens at the last
+    assert plan.saved_kv_tokens == 12 + 8
+
+
+def test_auto_serves_a_group_where_the_saved_reads_reach_the_threshold():
+    threshold = cascade.CASCADE_MIN_SAVED_TOKENS
+    assert cascade_pays(threshold, 2, "auto") and not cascade_pays(threshold - 1, 2, "auto")
+    assert cascade_pays(threshold // 4, 5, "auto") and not cascade_pays(threshold // 4, 4, "auto")
+    assert cascade_pays(1, 2, "on") and not cascade_pays(1, 1, "on")
+    assert not cascade_pays(threshold * 10, 100, "off")
+
+
+def test_merge_by_lse_is_attention_over_the_union():
+    torch.manual_seed(0)
+    query, keys, values = torch.randn(3, 2, 8), torch.randn(10, 2, 8), torch.randn(10, 2, 8)
+
+    def attend(k, v):
+        scores = torch.einsum("qhd,khd->qhk", query, k)
+        return torch.einsum("qhk,khd->qhd", scores.softmax(-1), v), scores.logsumexp(-1)
+
+    whole, _ = attend(keys, values)
+    (first, first_lse), (rest, rest_lse) = attend(keys[:4], values[:4]), attend(keys[4:], values[4:])
+    every = torch.ones(3, dtype=torch.bool)
+    torch.testing.assert_close(merge_by_lse(first, first_lse, every, rest, rest_lse, every), whole)
+    # a part a row lacks is ignored whatever it holds (NaN here); a row with no part is zero
+    has_first = torch.tensor([True, False, False])
+    has_rest = torch.tensor([True, True, False])
+    first[1:], first_lse[1:] = float("nan"), float("nan")
+    rest[2], rest_lse[2] = float("nan"), float("inf")
+    merged = merge_by_lse(first, first_lse, has_first, rest, rest_lse, has_rest)
+    torch.testing.assert_close(merged[0], whole[0])
+    torch.testing.assert_close(merged[1], attend(keys[4:], values[4:])[0][1])
+    assert merged[2].eq(0).all()
