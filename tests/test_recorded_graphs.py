@@ -86,3 +86,22 @@ class SplittingTorchBackend(TorchBackend):
     graphs of both split choices are recorded and picked."""
 
     decode_kv_splits = FlashAttnBackend.decode_kv_splits
+
+
+def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host):
+    prefix = random_prompt(13, 950)
+    prompts = [prefix + random_prompt(2 + i, 960 + i) for i in range(5)] + [random_prompt(6, 970)]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with tiny_llm(kvcache_block_size=4, max_model_len=64, attention__cascade="on") as llm:
+        expected = llm.generate(prompts, params, use_tqdm=False)
+        runner = llm.model_runner
+        llm.inputs.decode_batch_sizes = [2, 4, 8]
+        backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len, "on")
+        runner.graph_runner = graphs = GraphRunner(runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table)
+        llm.inputs.backend = backend  # whose plans choose the KV splits of the graphs it keys
+        got = llm.generate(prompts, params, use_tqdm=False)
+    assert got == expected
+    replays = {key: graph.replays for key, graph in graphs.graphs.items()}
+    assert replays["cascade", 8, 1], replays  # the six, padded to 8, with their prefix group
+    # and the graphs attended by the plan, not by the empty one they were recorded with
+    assert sorted(graphs.static["cascade"]["prefix_lens"][:6].tolist()) == [0] + [12] * 5
