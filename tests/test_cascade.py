@@ -10,6 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+import torch._dynamo.utils
 
 from nvllm import SamplingParams
 from nvllm.attention import cascade
@@ -198,3 +199,25 @@ def test_merge_by_lse_is_attention_over_the_union():
     torch.testing.assert_close(merged[0], whole[0])
     torch.testing.assert_close(merged[1], attend(keys[4:], values[4:])[0][1])
     assert merged[2].eq(0).all()
+
+
+def test_compiled_cascade_matches_eager_without_recompiles():
+    """Decode by cascade is a compiled graph of the decoder layer's own, built at start-up: its guards told
+    apart from the plain graph's once the runner stops evaluating the rest (see CompiledModel)."""
+    prompts = shared(random_prompt(40, 8), 4, seed=130) + [random_prompt(9, 140)]
+    settings = dict(
+        kvcache_block_size=16, num_kvcache_blocks=64, max_model_len=128, attention__cascade="on"
+    )
+    with tiny_llm(**settings) as eager:
+        expected = eager.generate(prompts, GREEDY, use_tqdm=False)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with tiny_llm(**settings, compile__enabled=True) as compiled:
+        frames_after_warmup = counters["stats"]["unique_graphs"]
+        assert frames_after_warmup == 3  # the decoder layer's, plain and by cascade, and the final norm's
+        with cascade_against_plain(compiled) as steps:
+            assert compiled.generate(prompts, GREEDY, use_tqdm=False) == expected
+        assert steps and max(step.worst for step in steps) <= 1
+        assert counters["stats"]["unique_graphs"] == frames_after_warmup, "recompiled after warm-up"
+        assert not counters["graph_break"]

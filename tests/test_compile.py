@@ -36,13 +36,14 @@ def test_compiled_model_matches_eager_without_graph_breaks_or_recompiles():
         with LLM("tiny", enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
             # the settings the engine compiles with hold only inside its calls: code around it sees torch's
             assert torch_settings() == settings_before
-            # Two graphs, built at start-up, each serving prefill and decode: one decoder layer's, which all
-            # four layers run, and the final norm's. Compiled once each: once per layer would be five, and a
-            # restarted analysis would trace a graph twice.
+            # Three graphs, built at start-up: one decoder layer's, which all four layers run for prefill and
+            # decode, the same layer's for decode by cascade attention (attention.cascade=auto), and the
+            # final norm's. Compiled once each: once per layer would be more, and a restarted analysis would
+            # trace a graph twice.
             frames_after_warmup = counters["stats"]["unique_graphs"]
             assert len(compiled.model_runner.model.model.layers) == 4
-            assert frames_after_warmup == 2
-            assert counters["aot_autograd"]["total"] == 2, "a region traced more than once"
+            assert frames_after_warmup == 3
+            assert counters["aot_autograd"]["total"] == 3, "a region traced more than once"
             # the engine skips decode's guards once warmed up; evaluate them here, so that a batch shape
             # the padding failed to cover shows up as a recompile instead of running unchecked
             compiled.model_runner.trust_decode_guards = False

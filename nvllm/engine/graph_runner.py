@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
 from nvllm.attention.backend import MIN_SIZE
-from nvllm.attention.cascade import CascadePlan, empty_plan
+from nvllm.attention.cascade import CascadePlan
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
 from nvllm.transfer import copy_from_host, to_device
@@ -118,7 +118,7 @@ class GraphRunner:
         # (a prefix) and MAX_CASCADE_GROUPS, so one graph per size serves every plan.
         cascade = backend.cascade != "off" and bool(decode_sizes)
         if cascade:
-            plan = empty_plan(decode_sizes[-1], decode_sizes[-1], 0).to(device)
+            plan = dummy_step(backend, decode_sizes[-1], decode_sizes[-1], cascade=True).cascade.to(device)
             self.static["cascade"] = {name: getattr(plan, name) for name in CASCADE_INPUTS}
         if buckets:
             prefill = self._static_buffers(dummy_step(backend, buckets[-1], PREFILL_GRAPH_SEQS))

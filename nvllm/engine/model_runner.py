@@ -160,6 +160,8 @@ class ModelRunner:
         load_cache_artifacts(self.config.compile.cache_artifacts)
         self.compiled_model = CompiledModel(self.model)
         self.forward(dummy_step(self.backend, 2, 2))
+        if self.backend.cascade != "off":  # decode by cascade attention is a graph of its own
+            self.forward(dummy_step(self.backend, 2, 2, cascade=True))
         if self.config.compile.compile_prefill:
             self.forward(dummy_step(self.backend, 2 * self.config.cache.block_size, 2))
         self.timings["compile_s"] = time.perf_counter() - start

@@ -16,7 +16,7 @@ import torch
 
 from nvllm.attention import AttentionBackend, one_query_per_sequence, padded_size
 from nvllm.attention.backend import MIN_SIZE
-from nvllm.attention.cascade import CascadePlan
+from nvllm.attention.cascade import CascadePlan, empty_plan
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.transfer import to_device
@@ -209,11 +209,12 @@ class StepInputBuilder:
         ]
 
 
-def dummy_step(backend: AttentionBackend, num_tokens: int, num_seqs: int) -> StepInputs:
+def dummy_step(backend: AttentionBackend, num_tokens: int, num_seqs: int, cascade: bool = False) -> StepInputs:
     """A step that computes nothing that matters and writes no KV (every slot -1): `num_seqs` sequences
     sharing `num_tokens` tokens as evenly as possible, each attending to its own tokens through block 0.
     One query per sequence is a decode step (what graph capture records for a batch size); more is a
-    prefill (start-up's compile and the memory profile of a full-budget step)."""
+    prefill (start-up's compile and the memory profile of a full-budget step). `cascade`: a decode step
+    attended by cascade, with a plan of no groups."""
     num_tokens, num_seqs = padded_size(num_tokens), padded_size(num_seqs)
     is_prefill = not one_query_per_sequence(num_tokens, num_seqs)
     lengths = [num_tokens // num_seqs + (i < num_tokens % num_seqs) for i in range(num_seqs)]
@@ -232,4 +233,5 @@ def dummy_step(backend: AttentionBackend, num_tokens: int, num_seqs: int) -> Ste
         logits_indices=torch.tensor(cu_seqlens[1:] - 1, dtype=torch.int64),
         is_prefill=is_prefill,
         longest_context=max(lengths),
+        cascade=empty_plan(num_seqs, num_seqs, kv_splits=0) if cascade and not is_prefill else None,
     )
