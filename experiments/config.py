@@ -42,6 +42,12 @@ class WorkloadConfig:
     # How often the measured part runs, each time on fresh requests, after one warm-up. None: 3 on a GPU,
     # 1 on the CPU (where a run of a full-size model takes minutes).
     repeats: int | None = None
+    # Shared prefixes (experiments/shared_prefix_workload.py): with num_prefixes > 0, the num_seqs random
+    # prompts are num_prefixes random prefixes of prefix_len tokens, num_seqs / num_prefixes requests under
+    # each, every one followed by its own suffix of input_len tokens (min_input_len to input_len).
+    num_prefixes: int = 0
+    prefix_len: int = 0
+    interleave_prefixes: bool = False  # requests ordered prefix by prefix (False) or round robin (True)
 
 
 @dataclass
@@ -99,6 +105,17 @@ def validate_workload(workload: WorkloadConfig) -> None:
         problems.append(
             "workload.lengths_file and workload.prompts exclude each other: text prompts have "
             "the lengths they have"
+        )
+    if workload.num_prefixes and workload.lengths_file is not None:
+        problems.append("workload.num_prefixes and workload.lengths_file exclude each other")
+    if workload.num_prefixes < 0 or workload.num_prefixes and workload.num_seqs % workload.num_prefixes:
+        problems.append(
+            f"workload.num_prefixes={workload.num_prefixes} must be 0 (no shared prefix) or divide "
+            f"workload.num_seqs={workload.num_seqs}"
+        )
+    if workload.num_prefixes and (workload.prefix_len < 1 or workload.prompts):
+        problems.append(
+            "shared prefixes (workload.num_prefixes) need workload.prefix_len >= 1 and no prompts"
         )
     if workload.temperature < 0:
         problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from experiments.config import WorkloadConfig, conf_dir
+from experiments.shared_prefix_workload import shared_prefix_prompts
 from nvllm.engine.llm_engine import Prompt
 from nvllm.sampling_params import SamplingParams
 
@@ -92,7 +93,9 @@ def make_requests(
     if workload.lengths_file is not None:
         lengths = rng.choices(read_lengths(workload.lengths_file), k=count)
         return [random_prompt(input_len) for input_len, _ in lengths], [params(out) for _, out in lengths]
-    if workload.prompts:
+    if workload.num_prefixes:
+        prompts = shared_prefix_prompts(workload, rng, max_token_id)
+    elif workload.prompts:
         prompts = [workload.prompts[i % len(workload.prompts)] for i in range(count)]
     else:
         prompts = [random_prompt(length(workload.min_input_len, workload.input_len)) for _ in range(count)]

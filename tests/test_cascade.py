@@ -22,7 +22,7 @@ BLOCK = 4
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 
 
-# relative to the step's largest logit (~10 here): fp32 rounding over the layers puts the two paths ~1e-6 apart
+# relative to the step's largest logit (~10 here): fp32 rounding over the layers puts the paths ~1e-6 apart
 TOLERANCE = 1e-5
 
 
@@ -132,7 +132,10 @@ def test_greedy_outputs_do_not_depend_on_cascade_or_grouping(group_prefixes):
     assert outputs["on"] == reference
     if group_prefixes:  # and grouping changes nothing either (the other parametrisation ran off/off)
         with tiny_llm(
-            kvcache_block_size=BLOCK, max_model_len=64, attention__cascade="off", scheduler__group_prefixes=False
+            kvcache_block_size=BLOCK,
+            max_model_len=64,
+            attention__cascade="off",
+            scheduler__group_prefixes=False,
         ) as llm:
             assert llm.generate(prompts, GREEDY, use_tqdm=False) == reference
 
@@ -205,9 +208,7 @@ def test_compiled_cascade_matches_eager_without_recompiles():
     """Decode by cascade is a compiled graph of the decoder layer's own, built at start-up: its guards told
     apart from the plain graph's once the runner stops evaluating the rest (see CompiledModel)."""
     prompts = shared(random_prompt(40, 8), 4, seed=130) + [random_prompt(9, 140)]
-    settings = dict(
-        kvcache_block_size=16, num_kvcache_blocks=64, max_model_len=128, attention__cascade="on"
-    )
+    settings = dict(kvcache_block_size=16, num_kvcache_blocks=64, max_model_len=128, attention__cascade="on")
     with tiny_llm(**settings) as eager:
         expected = eager.generate(prompts, GREEDY, use_tqdm=False)
     torch._dynamo.reset()

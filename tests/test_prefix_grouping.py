@@ -11,9 +11,10 @@ PARAMS = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
 
 def run(prompts, group_prefixes: bool):
-    with tiny_llm(
-        kvcache_block_size=BLOCK, max_model_len=64, scheduler__group_prefixes=group_prefixes
-    ) as llm, recorded_steps(llm) as steps:
+    with (
+        tiny_llm(kvcache_block_size=BLOCK, max_model_len=64, scheduler__group_prefixes=group_prefixes) as llm,
+        recorded_steps(llm) as steps,
+    ):
         outputs = llm.generate(prompts, PARAMS, use_tqdm=False)
         stats = llm.stats()
     return outputs, steps, stats

@@ -97,7 +97,9 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host):
         runner = llm.model_runner
         llm.inputs.decode_batch_sizes = [2, 4, 8]
         backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len, "on")
-        runner.graph_runner = graphs = GraphRunner(runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table)
+        runner.graph_runner = graphs = GraphRunner(
+            runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table
+        )
         llm.inputs.backend = backend  # whose plans choose the KV splits of the graphs it keys
         got = llm.generate(prompts, params, use_tqdm=False)
     assert got == expected

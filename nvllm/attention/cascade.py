@@ -76,6 +76,13 @@ class CascadePlan:
         return int(self.prefix_lens.sum()) - int(prefix_lens.sum())
 
 
+def decode_kv_reads(seqlens_k: torch.Tensor, plan: CascadePlan | None) -> tuple[int, int]:
+    """KV tokens a decode step reads (every layer reads as many), and how many the plain path would read:
+    each row's whole context, less what the plan's groups share."""
+    plain = int(seqlens_k.sum())
+    return plain - (plan.saved_kv_tokens if plan is not None else 0), plain
+
+
 def prefix_groups(block_tables: np.ndarray, seqlens_k: np.ndarray, block_size: int) -> list[tuple[list, int]]:
     """Rows that share leading blocks, as (rows, shared full blocks), for rows of a decode step whose
     sequences are `seqlens_k` tokens long (0: padding). Only blocks before each row's newest token count:

@@ -7,6 +7,7 @@ from collections.abc import Sequence as SequenceLike
 
 from tqdm.auto import tqdm
 
+from nvllm.attention.cascade import decode_kv_reads
 from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.compile_cache import save_cache_artifacts
@@ -71,6 +72,7 @@ class LLMEngine:
         self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
+        self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
         self._generating = threading.Lock()
         self.prefill_seconds = self.decode_seconds = 0.0
@@ -166,6 +168,11 @@ class LLMEngine:
         nothing here waits for the device."""
         profiler = self.profiler
         steps = self.inputs.build(batch)
+        if not batch.is_prefill:
+            for step in steps:
+                read, plain = decode_kv_reads(step.seqlens_k, step.cascade)
+                self.decode_kv_tokens_read += read
+                self.decode_kv_tokens_read_plain += plain
         profiler.lap("build_inputs")
         seqs = batch.sampled_seqs
         sampling = self.sampler.prepare(
@@ -250,6 +257,9 @@ class LLMEngine:
             "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
             "prefill_tokens": self.num_prefill_tokens,
             "decode_tokens": self.num_decode_tokens,
+            # KV tokens decode steps read (per layer), and what they would read without cascade attention
+            "decode_kv_tokens_read": self.decode_kv_tokens_read,
+            "decode_kv_tokens_read_plain": self.decode_kv_tokens_read_plain,
             "prefill_s": self.prefill_seconds,
             "decode_s": self.decode_seconds,
             "prefill_tok_per_s": tokens_per_second(self.num_prefill_tokens, self.prefill_seconds),

@@ -209,7 +209,9 @@ class StepInputBuilder:
         ]
 
 
-def dummy_step(backend: AttentionBackend, num_tokens: int, num_seqs: int, cascade: bool = False) -> StepInputs:
+def dummy_step(
+    backend: AttentionBackend, num_tokens: int, num_seqs: int, cascade: bool = False
+) -> StepInputs:
     """A step that computes nothing that matters and writes no KV (every slot -1): `num_seqs` sequences
     sharing `num_tokens` tokens as evenly as possible, each attending to its own tokens through block 0.
     One query per sequence is a decode step (what graph capture records for a batch size); more is a

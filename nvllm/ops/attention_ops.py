@@ -124,7 +124,9 @@ def prefix_attention(
 
 @prefix_attention.register_fake
 def _(query, *_):
-    return query.new_empty(query.shape), query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
+    return query.new_empty(query.shape), query.new_empty(
+        (query.shape[1], query.shape[0]), dtype=torch.float32
+    )
 
 
 @torch.library.custom_op(

@@ -48,7 +48,9 @@ def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch
     return out
 
 
-def _paged_kv(k_cache, v_cache, block_table: torch.Tensor, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _paged_kv(
+    k_cache, v_cache, block_table: torch.Tensor, num_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `num_tokens` tokens' K and V `[tokens, kv_heads, head_dim]` through one block table."""
     blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
     return k_cache[blocks].flatten(0, 1)[:num_tokens], v_cache[blocks].flatten(0, 1)[:num_tokens]

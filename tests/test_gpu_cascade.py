@@ -1,0 +1,126 @@
+"""Cascade attention on the GPU: flash-attn's two passes merged against flash-attn's plain decode (bf16),
+and an engine serving a shared-prefix workload by cascade inside its compiled model and CUDA graphs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo.utils
+
+import nvllm.ops  # noqa: F401
+from nvllm import LLM, SamplingParams
+from nvllm.attention import AttentionMetadata
+from nvllm.attention.cascade import plan_cascade
+from nvllm.layers.cascade_attention import cascade_attention
+from tests.test_gpu import assert_greedy_path, checkpoint_06b, hf_fp32  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.gpu
+
+BLOCK = 256
+HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
+
+
+def mixed_batch() -> tuple[np.ndarray, np.ndarray]:
+    """Block tables and lengths of a decode batch: a group of three over 3 blocks, a group of two over one
+    block (one of them ends inside its next), a row that shares nothing, a row shorter than a block and a
+    padded row."""
+    tables = np.zeros((8, 8), dtype=np.int32)
+    tables[[0, 2, 5], :3] = [1, 2, 3]
+    tables[0, 3:5], tables[2, 3], tables[5, 3:6] = [10, 11], [12], [13, 14, 15]
+    tables[[1, 4], 0] = 7
+    tables[1, 1:3], tables[4, 1] = [20, 21], [22]
+    tables[3, :4] = [30, 31, 32, 33]
+    tables[6, 0] = 40
+    seqlens = np.array(
+        [3 * BLOCK + 300, 2 * BLOCK + 17, 3 * BLOCK + 1, 3 * BLOCK + 200, BLOCK + 256, 5 * BLOCK + 99, 90, 0]
+    )
+    return tables, seqlens
+
+
+def test_flash_cascade_matches_flash_plain_on_a_mixed_batch():
+    torch.manual_seed(0)
+    tables, seqlens = mixed_batch()
+    plan = plan_cascade(tables, seqlens[None], BLOCK, "on", kv_splits=lambda longest: 0)
+    assert plan is not None and plan.group_cu_seqlens_q[:3].tolist() == [0, 3, 5]
+    k_cache = torch.randn(48, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    query = torch.randn(8, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    meta = AttentionMetadata(
+        slot_mapping=torch.full((8,), -1, device="cuda"),
+        cu_seqlens_q=torch.arange(9, dtype=torch.int32, device="cuda"),
+        seqlens_k=torch.from_numpy(seqlens.astype(np.int32)).cuda(),
+        block_tables=torch.from_numpy(tables).cuda(),
+        max_seqlen_q=2,
+        max_seqlen_k=8 * BLOCK,
+        decode_kv_splits=torch.tensor(0, dtype=torch.int32),
+        cascade=plan.to("cuda"),
+    )
+    scale = HEAD_DIM**-0.5
+    plain_args = (
+        meta.cu_seqlens_q,
+        meta.seqlens_k,
+        meta.block_tables,
+        2,
+        8 * BLOCK,
+        meta.decode_kv_splits,
+        scale,
+    )
+    for backend in ("flash_attn", "torch"):
+        plain = torch.ops.nvllm.attention(query, k_cache, v_cache, *plain_args, backend).float()
+        by_cascade = cascade_attention(query, k_cache, v_cache, meta, scale, backend).float()
+        # bf16 outputs (|x| < ~1 here): the merge rounds the two partial outputs once more
+        torch.testing.assert_close(by_cascade, plain, atol=2e-2, rtol=2e-2)
+        assert by_cascade[7].eq(0).all()  # the padded row
+    compiled = torch.compile(cascade_attention, fullgraph=True)
+    torch.testing.assert_close(
+        compiled(query, k_cache, v_cache, meta, scale, "flash_attn").float(), plain, atol=2e-2, rtol=2e-2
+    )
+
+
+def shared_prefix_prompts() -> list[list[int]]:
+    prefix = list(range(3000, 4100))  # four full blocks shared by 24 requests
+    shared = [prefix + list(range(7000 + 50 * i, 7000 + 50 * i + 5 + i)) for i in range(24)]
+    others = [list(range(9000 + 300 * i, 9000 + 300 * i + 40 + 37 * i)) for i in range(8)]
+    return [prompt for pair in zip(shared[:8], others) for prompt in pair] + shared[8:]
+
+
+def test_shared_prefix_workload_by_cascade_in_cuda_graphs(checkpoint_06b, hf_fp32):  # noqa: F811
+    prompts, greedy = shared_prefix_prompts(), SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    settings = dict(max_num_seqs=64, max_model_len=2048, gpu_memory_utilization=0.4)
+    with LLM(str(checkpoint_06b), attention__cascade="off", **settings) as plain_llm:
+        plain = [o["token_ids"] for o in plain_llm.generate(prompts, greedy, use_tqdm=False)]
+    counters = torch._dynamo.utils.counters
+    with LLM(str(checkpoint_06b), attention__cascade="on", **settings) as llm:
+        runner, graphs = llm.model_runner, llm.model_runner.graph_runner
+        frames = counters["stats"]["unique_graphs"]
+        forward, compared, unreplayed = runner.forward, [], []
+
+        def both(inputs):
+            if not inputs.is_prefill and not graphs.can_replay(inputs):
+                unreplayed.append(inputs.num_seqs)
+            if inputs.cascade is None:
+                return forward(inputs)
+            reference = forward(dataclasses.replace(inputs, cascade=None)).float().clone()
+            logits = forward(inputs)
+            error = (logits.float() - reference).norm(dim=-1) / reference.norm(dim=-1)
+            compared.append(error.max().item())
+            return logits
+
+        runner.forward = both
+        try:
+            outputs = [o["token_ids"] for o in llm.generate(prompts, greedy, use_tqdm=False)]
+        finally:
+            del runner.forward
+        assert counters["stats"]["unique_graphs"] == frames, "recompiled after warm-up"
+        assert not counters["graph_break"], dict(counters["graph_break"])
+        assert not unreplayed, f"decode steps outside the CUDA graphs: {unreplayed}"
+        replayed = {key for key in graphs.graphs if key[0] == "cascade"}
+        assert replayed, "no cascade graphs recorded"
+    assert compared, "no decode step was served by cascade"
+    assert max(compared) < 0.05, f"cascade logits {max(compared):.3f} (relative L2) from plain"
+    # bf16 parts greedy paths at near ties; both runs must stay on the fp32 model's greedy path
+    for prompt, ours in zip(prompts, outputs):
+        assert_greedy_path(hf_fp32, prompt, ours)
+    agreeing = sum(a == b for a, b in zip(outputs, plain))
+    assert agreeing >= len(prompts) // 2, f"only {agreeing} of {len(prompts)} outputs agree with cascade off"
