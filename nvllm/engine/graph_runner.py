@@ -2,7 +2,8 @@
 KV-split choice, and with or without cascade attention), small prefill steps per token bucket. A step that
 one of them holds is: copy its inputs into the graphs' static buffers, replay. Replaying a
 `torch.cuda.CUDAGraph` goes through neither dynamo's guards nor inductor's graph-tree bookkeeping, which
-cost more host time per step than a small decode step takes on the GPU (experiments/results/2026-11-29-h200-qwen3-0.6b.md)."""
+cost more host time per step than a small decode step takes on the GPU
+(experiments/results/2026-11-29-h200-qwen3-0.6b.md)."""
 
 from __future__ import annotations
 
