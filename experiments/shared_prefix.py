@@ -19,7 +19,13 @@ from nvllm.engine.model_runner import DTYPES
 def kv_bytes_per_token(llm: LLM) -> int:
     """Bytes of K and V one token holds over every layer (all ranks together)."""
     model = llm.config.model
-    return 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * DTYPES[model.dtype].itemsize
+    return (
+        2
+        * model.num_hidden_layers
+        * model.num_key_value_heads
+        * model.head_dim
+        * DTYPES[model.dtype].itemsize
+    )
 
 
 def shared_prefix_metrics(llm: LLM, before: dict, after: dict) -> dict:
