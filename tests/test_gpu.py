@@ -96,9 +96,10 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
 def test_no_recompiles_after_warmup_and_rounds_equal_single_steps(compiled_engine):
     counters = torch._dynamo.utils.counters
     graphs = counters["stats"]["unique_graphs"]
-    # at most the decoder layer's (one for all 28 layers), the final norm's and the sampler's two; none
-    # when an engine of the same shapes compiled earlier in the process
-    assert graphs <= 4, f"{graphs} graphs compiled: the decoder layers compiled one by one?"
+    # at most the decoder layer's (one for all 28 layers, and one for decode by cascade attention), the
+    # final norm's and the sampler's two; none when an engine of the same shapes compiled earlier in the
+    # process
+    assert graphs <= 5, f"{graphs} graphs compiled: the decoder layers compiled one by one?"
     prompts = [list(range(7, 7 + n)) for n in (3, 90, 257, 513, 1000, 2, 31, 64)] * 5
     compiled_engine.generate(
         prompts, SamplingParams(max_tokens=40, temperature=0.8, ignore_eos=True), use_tqdm=False
