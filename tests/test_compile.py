@@ -102,7 +102,8 @@ def test_cache_artifacts_make_a_start_with_empty_caches_warm(tmp_path, monkeypat
         outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)
     assert all(len(output["token_ids"]) == 3 for output in outputs)
     assert counters["inductor"]["fxgraph_cache_miss"] == 0, dict(counters["inductor"])
-    assert counters["inductor"]["fxgraph_cache_hit"] == 2, dict(counters["inductor"])
+    # the decoder layer's graphs (plain, and by cascade attention) and the final norm's
+    assert counters["inductor"]["fxgraph_cache_hit"] == 3, dict(counters["inductor"])
 
 
 def test_unreadable_cache_artifacts_name_the_key(tmp_path):
