@@ -102,8 +102,9 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host):
         )
         llm.inputs.backend = backend  # whose plans choose the KV splits of the graphs it keys
         got = llm.generate(prompts, params, use_tqdm=False)
+        replays = {key: graph.replays for key, graph in graphs.graphs.items()}  # before shutdown frees them
+        # the graphs attended by the plan, not by the empty one they were recorded with
+        prefix_lens = sorted(graphs.static["cascade"]["prefix_lens"][:6].tolist())
     assert got == expected
-    replays = {key: graph.replays for key, graph in graphs.graphs.items()}
     assert replays["cascade", 8, 1], replays  # the six, padded to 8, with their prefix group
-    # and the graphs attended by the plan, not by the empty one they were recorded with
-    assert sorted(graphs.static["cascade"]["prefix_lens"][:6].tolist()) == [0] + [12] * 5
+    assert prefix_lens == [0] + [12] * 5
