@@ -77,6 +77,9 @@ class SchedulerConfig:
     # members run side by side, where cascade attention reads their prefix once per step. Reordering is
     # bounded: no request is overtaken by more than max_num_seqs later ones.
     group_prefixes: bool = True
+    # The order requests are served in: fcfs (by arrival) | priority (by each request's `priority`, lower
+    # first, then arrival; a waiting request may preempt running ones of lower priority for KV blocks)
+    policy: str = "fcfs"
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ FLAT_KEYS = {
     "chunked_prefill": "scheduler.chunked_prefill",
     "num_decode_steps": "scheduler.num_decode_steps",
     "overlap_rounds": "scheduler.overlap_rounds",
+    "scheduling_policy": "scheduler.policy",  # vLLM's name
     "attention_backend": "attention.backend",
     "profile": "profile.enabled",
     "dtype": "model.dtype",
@@ -272,6 +276,8 @@ def validate(config: EngineConfig) -> None:
             f"scheduler.max_num_batched_tokens={sched.max_num_batched_tokens} must be at least 2: a prompt's "
             "chunks never leave a single token behind"
         )
+    if sched.policy not in ("fcfs", "priority"):
+        problems.append(f"scheduler.policy={sched.policy!r} must be fcfs or priority")
     if sched.num_decode_steps < 1:
         problems.append(f"scheduler.num_decode_steps={sched.num_decode_steps} must be at least 1")
     if sched.max_model_len > model.max_position_embeddings:

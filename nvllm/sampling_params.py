@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import numbers
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Temperatures below this sample greedily: dividing logits by a smaller one overflows float32 (a logit of 40
 # over 1e-38 is past 3.4e38), and the draw is the argmax anyway. vLLM uses the same threshold.
 GREEDY_BELOW_TEMPERATURE = 1e-5
 MAX_SEED = 2**64  # torch.Generator.manual_seed takes [0, 2**64)
 MAX_TOP_K = 2**31 - 1
+MAX_PENALTY = 2.0  # presence and frequency penalties lie in [-2, 2], as in OpenAI's API and vLLM
 
 
 def is_integer(value: object) -> bool:
@@ -31,6 +32,16 @@ class SamplingParams:
     top_k: int = -1
     top_p: float = 1.0
     seed: int | None = None  # a per-request seed makes this request's samples reproducible
+    n: int = 1  # samples of the prompt, which is computed once and whose KV blocks they share
+    stop: str | list[str] | None = None  # text that stops it; the output is cut before it
+    stop_token_ids: list[int] | None = None  # tokens that stop it (kept in the token ids), as EOS does
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0  # EOS and `stop_token_ids` cannot be sampled, nor `stop` match, before this many
+    logprobs: int | None = None  # per generated token: the top-k and the sampled token's log-probabilities
+    presence_penalty: float = 0.0  # subtracted from the logits of tokens the output holds
+    frequency_penalty: float = 0.0  # times the count of each token in the output, subtracted
+    repetition_penalty: float = 1.0  # divides positive / multiplies negative logits of tokens seen so far
+    stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
 
     def __post_init__(self) -> None:
         self.validate()
@@ -53,10 +64,49 @@ class SamplingParams:
             raise ValueError(f"ignore_eos={self.ignore_eos!r} must be True or False")
         if self.seed is not None and (not is_integer(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed={self.seed!r} must be None or an integer in [0, 2**64)")
+        if not is_integer(self.n) or self.n < 1:
+            raise ValueError(f"n={self.n!r} must be an integer >= 1")
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        if stop is not None and (
+            not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop)
+        ):
+            raise ValueError(f"stop={self.stop!r} must be None, a non-empty string or a list of them")
+        stop_ids = self.stop_token_ids
+        if stop_ids is not None and (
+            not isinstance(stop_ids, (list, tuple)) or not all(is_integer(t) and t >= 0 for t in stop_ids)
+        ):
+            raise ValueError(f"stop_token_ids={stop_ids!r} must be None or a list of token ids (ints >= 0)")
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise ValueError(
+                f"include_stop_str_in_output={self.include_stop_str_in_output!r} must be True or False"
+            )
+        if not is_integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens!r} must be an integer in [0, max_tokens]")
+        if self.logprobs is not None and (not is_integer(self.logprobs) or self.logprobs < 0):
+            raise ValueError(f"logprobs={self.logprobs!r} must be None or an integer >= 0")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise ValueError(f"{name}={value!r} must be a number in [-2, 2]")
+        if not is_real(self.repetition_penalty) or not 0 < self.repetition_penalty <= sys.float_info.max:
+            raise ValueError(
+                f"repetition_penalty={self.repetition_penalty!r} must be a finite number > 0 (1: none)"
+            )
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.seed = None if self.seed is None else int(self.seed)
+        self.n, self.min_tokens = int(self.n), int(self.min_tokens)
+        self.logprobs = None if self.logprobs is None else int(self.logprobs)
+        self.stop_strings = list(stop or [])
+        self.stop_token_ids = None if stop_ids is None else [int(t) for t in stop_ids]
+        self.presence_penalty = float(self.presence_penalty)
+        self.frequency_penalty = float(self.frequency_penalty)
+        self.repetition_penalty = float(self.repetition_penalty)
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1

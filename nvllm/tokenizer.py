@@ -36,13 +36,50 @@ ADDED = (
     " <|file_sep|> <tool_response> </tool_response> <think> </think>"
 ).split()
 BPE_SIZE = 151643
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-_FORMAT = 1  # bump when the build below changes, so stale caches are not reused
+# Qwen3's conversation format (system, user, assistant and tool turns; an assistant turn after the last user
+# query shows its reasoning in <think> tags, earlier ones drop it; `enable_thinking=False` opens the
+# assistant's turn with an empty reasoning block, as Qwen3's own template does)
+CHAT_TEMPLATE = """\
+{%- set ns = namespace(last_query=messages | length - 1, looking=true) -%}
+{%- for message in messages | reverse -%}
+  {%- set index = messages | length - 1 - loop.index0 -%}
+  {%- if ns.looking and message.role == 'user' and message.content is string
+        and not (message.content.startswith('<tool_response>')
+                 and message.content.endswith('</tool_response>')) -%}
+    {%- set ns.last_query, ns.looking = index, false -%}
+  {%- endif -%}
+{%- endfor -%}
+{%- for message in messages -%}
+  {%- set content = message.content if message.content is string else '' -%}
+  {%- if message.role == 'user' or message.role == 'system' -%}
+    {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' -}}
+  {%- elif message.role == 'assistant' -%}
+    {%- set reasoning = message.reasoning_content if message.reasoning_content is string else '' -%}
+    {%- if message.reasoning_content is not string and '</think>' in content -%}
+      {%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') -%}
+      {%- set content = content.split('</think>')[-1].lstrip('\\n') -%}
+    {%- endif -%}
+    {%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}
+      {{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' -}}
+      {{- content.lstrip('\\n') -}}
+    {%- else -%}
+      {{- '<|im_start|>assistant\\n' + content -}}
+    {%- endif -%}
+    {{- '<|im_end|>\\n' -}}
+  {%- elif message.role == 'tool' -%}
+    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+    {{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' -}}
+    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}
+  {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+  {{- '<|im_start|>assistant\\n' -}}
+  {%- if enable_thinking is defined and enable_thinking is false -%}
+    {{- '<think>\\n\\n</think>\\n\\n' -}}
+  {%- endif -%}
+{%- endif -%}
+"""
+_FORMAT = 2  # bump when the build below changes, so stale caches are not reused
 
 
 def vocab_file() -> Path:

@@ -90,10 +90,17 @@ class BlockManager:
     def can_allocate(self, seq: Sequence) -> bool:
         hits = self._cached_prefix(seq)
         hits_in_use = sum(1 for block_id in hits if self.blocks[block_id].ref_count > 0)
-        return self.blocks_for(seq.host_len) - hits_in_use <= self.num_free_blocks
+        needed = self.blocks_for(seq.host_len) - hits_in_use + len(seq.forks) * self._fork_blocks(seq)
+        return needed <= self.num_free_blocks
+
+    def _fork_blocks(self, seq: Sequence) -> int:
+        """Blocks a fork of `seq` needs of its own once the prompt is computed: a copy of the prompt's last
+        block where the prompt ends inside it (its next token's K/V goes there); full blocks are shared."""
+        return 1 if seq.num_prompt_tokens % self.block_size else 0
 
     def allocate(self, seq: Sequence) -> None:
-        """Blocks for all of `seq`'s tokens: cached prefix blocks shared, the rest fresh."""
+        """Blocks for all of `seq`'s tokens: cached prefix blocks shared, the rest fresh; and for each of its
+        forks, the block it copies the prompt's last one into (see `fork`)."""
         assert not seq.block_table, "sequence already holds blocks"
         hits = self._cached_prefix(seq)
         for block_id in hits:
@@ -107,6 +114,22 @@ class BlockManager:
         self.num_queried_tokens += seq.host_len
         self.num_hit_tokens += seq.cached_len
         self._grow(seq, self.blocks_for(seq.host_len))
+        for fork in seq.forks:
+            self._grow(fork, self._fork_blocks(seq))
+
+    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None:
+        """Give `child` (a fork `allocate` reserved a block for) the KV of `parent`'s computed prompt: the
+        full blocks shared (ref-counted), the last one, where the prompt ends inside it, copied into its own
+        block on write. Returns that copy (source block, destination block), which must run on the device
+        before the child's first step, or None."""
+        num_full = parent.num_prompt_tokens // self.block_size
+        shared = parent.block_table[:num_full]
+        for block_id in shared:
+            self.blocks[block_id].ref_count += 1
+        own = child.block_table
+        child.block_table = shared + own
+        child.num_registered_blocks = num_full  # the parent publishes them
+        return (parent.block_table[num_full], own[0]) if own else None
 
     def num_new_blocks(self, seq: Sequence, num_steps: int = 1) -> int:
         """Blocks the sequence lacks for `num_steps` decode steps: the KV of its newest token (on the device)

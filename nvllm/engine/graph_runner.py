@@ -189,6 +189,7 @@ class GraphRunner:
         if inputs.is_prefill:
             fits = (
                 inputs.num_seqs <= PREFILL_GRAPH_SEQS
+                and inputs.num_logits <= PREFILL_GRAPH_SEQS  # more where a prompt's forks sample too
                 and self.buckets
                 and inputs.num_tokens <= self.buckets[-1]
             )

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from collections.abc import Sequence as SequenceLike
 
 from tqdm.auto import tqdm
 
 from nvllm.attention.cascade import decode_kv_reads
+from nvllm.chat import chat_prompts
 from nvllm.config import EngineConfig, resolve
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.compile_cache import save_cache_artifacts
@@ -15,14 +19,17 @@ from nvllm.engine.graph_runner import decode_capture_sizes
 from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.engine.model_runner import DTYPES, ModelRunner
-from nvllm.engine.requests import Prompt, check_request, paired, token_ids_of
+from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
+from nvllm.engine.request_processing import request_processing
+from nvllm.engine.requests import Prompt, check_priority, check_request, paired, priorities, token_ids_of
 from nvllm.engine.scheduler import ScheduledBatch, Scheduler
 from nvllm.engine.sequence import Sequence
 from nvllm.engine.step_inputs import StepInputBuilder
 from nvllm.layers.sampler import Sampler
 from nvllm.models import model_class
+from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
-from nvllm.sampling_params import SamplingParams
+from nvllm.sampling_params import MAX_SEED, SamplingParams
 from nvllm.tokenizer import load_tokenizer
 from nvllm.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 
@@ -31,6 +38,10 @@ logger = logging.getLogger("nvllm")
 
 def tokens_per_second(num_tokens: int, seconds: float) -> float:
     return num_tokens / seconds if seconds > 0 else 0.0
+
+
+def _fork_seed(seed: int | None, index: int) -> int | None:
+    return None if seed is None else (seed + index) % MAX_SEED
 
 
 class LLMEngine:
@@ -75,6 +86,7 @@ class LLMEngine:
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
         self._generating = threading.Lock()
+        self._streaming_thread: int | None = None  # the thread iterating a stream of this engine, if any
         self.prefill_seconds = self.decode_seconds = 0.0
         self.profiler.set_memory(
             weight_bytes(config, dtype),
@@ -108,16 +120,26 @@ class LLMEngine:
         """Reject a request the engine could never serve, before it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
 
-    def add_request(self, prompt: Prompt, sampling_params: SamplingParams) -> Sequence:
+    def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
+        """Queue one request (`priority`: lower is served first under `scheduler.policy=priority`); its
+        samples beyond the first (`n`) are the returned sequence's `forks` until its prompt is computed."""
         self.profiler.lap("other")
         token_ids = token_ids_of(prompt, self.tokenizer)
         self.validate(token_ids, sampling_params)
-        seq = self._enqueue(token_ids, sampling_params)
+        seq = self._enqueue(token_ids, sampling_params, check_priority(priority))
         self.profiler.lap("add_requests")
         return seq
 
-    def _enqueue(self, token_ids: list[int], sampling_params: SamplingParams) -> Sequence:
-        seq = Sequence(token_ids, sampling_params)
+    def _enqueue(self, token_ids: list[int], params: SamplingParams, priority: int = 0) -> Sequence:
+        seq = Sequence(token_ids, params, priority)
+        # sample i draws from seed + i (as vLLM does): reproducible, and distinct from the others
+        seq.forks = [
+            Sequence(token_ids, dataclasses.replace(params, n=1, seed=_fork_seed(params.seed, i)), priority)
+            for i in range(1, params.n)
+        ]
+        for member in (seq, *seq.forks):
+            if params.stop_strings:
+                attach_detokenizer(member, self.tokenizer)
         self.scheduler.add(seq)
         self.profiler.request_arrived(seq)
         return seq
@@ -148,7 +170,7 @@ class LLMEngine:
         generated_before = self.scheduler.num_generated_tokens
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
-        finished = self.scheduler.postprocess(current.batch, sampled_tokens)
+        finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
@@ -175,12 +197,17 @@ class LLMEngine:
                 self.decode_kv_tokens_read_plain += plain
         profiler.lap("build_inputs")
         seqs = batch.sampled_seqs
+        num_steps = None if batch.is_prefill else batch.num_new_tokens
         sampling = self.sampler.prepare(
             [seq.sampling_params for seq in seqs],
             [seq.generator for seq in seqs],
             self.device,
             num_rows=steps[0].num_logits,
-            num_steps=None if batch.is_prefill else batch.num_new_tokens,
+            num_steps=num_steps,
+        )
+        model = self.config.model
+        sampling.processing = request_processing(
+            seqs, num_steps, model.vocab_size, model.eos_token_id, self.device
         )
         profiler.lap("sample")
         self.work.add(batch)
@@ -191,7 +218,12 @@ class LLMEngine:
         tokens = self.model_runner.execute(steps, sample)
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
-        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device)
+        wait = self.model_runner.wait_for_device
+        if sampling.processing is None or sampling.processing.logprobs is None:
+            launched = LaunchedBatch(batch, tokens, wait)
+        else:
+            num_logprobs = [seq.sampling_params.logprobs for seq in seqs]
+            launched = LaunchedBatch(batch, tokens, wait, sampling.processing.logprobs, num_logprobs)
         profiler.lap("launch")
         return launched
 
@@ -208,33 +240,99 @@ class LLMEngine:
         prompts: SequenceLike[Prompt],
         sampling_params: SamplingParams | SequenceLike[SamplingParams],
         use_tqdm: bool = True,
-    ) -> list[dict]:
-        """Generate for every prompt; one `{"text", "token_ids"}` per prompt, in input order. All or nothing:
-        every request is checked before any is queued. Calls from several threads run one after another."""
+        priority: SequenceLike[int] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt; one `RequestOutput` per prompt, in input order (`out["text"]`,
+        `out["token_ids"]`: its first sample's). `priority`: one int per prompt (lower first under
+        `scheduler.policy=priority`). All or nothing: every request is checked before any is queued. Calls
+        from several threads run one after another."""
+        with self._exclusive():
+            self.profiler.generate_started()
+            requests = self._checked(prompts, sampling_params, priority)
+            try:
+                samples = []
+                for request in requests:
+                    seq = self._enqueue(*request)
+                    samples.append([seq, *seq.forks])
+                self.profiler.lap("add_requests")
+                self._run_until_done(sum(map(len, samples)), use_tqdm)
+            finally:
+                self.abort_all()
+            outputs = [request_output(request_samples, self.tokenizer) for request_samples in samples]
+            self.profiler.lap("detokenize")
+            self.profiler.generate_finished()
+            return outputs
+
+    def stream(
+        self,
+        prompts: SequenceLike[Prompt],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams],
+        priority: SequenceLike[int] | None = None,
+    ) -> Iterator[tuple[int, CompletionOutput]]:
+        """`generate`, yielding `(prompt index, delta)` as tokens reach the host: `delta.token_ids` and
+        `delta.text` are the sample's (`delta.index`) new tokens and text (never half a character, nor the
+        start of a stop string that is cut), `delta.finish_reason` is set on its last one. The deltas of a
+        sample add up to its `generate` output. Leaving the loop early drops the remaining requests."""
+        with self._exclusive(streaming=True):
+            self.profiler.generate_started()
+            requests = self._checked(prompts, sampling_params, priority)
+            try:
+                cursors = []
+                for index, request in enumerate(requests):
+                    seq = self._enqueue(*request)
+                    for sample, member in enumerate((seq, *seq.forks)):
+                        if member.detokenizer is None:
+                            attach_detokenizer(member, self.tokenizer)
+                        cursors.append((index, StreamCursor(member, sample)))
+                while not self.is_finished():
+                    self.step()
+                    for index, cursor in cursors:
+                        if (delta := cursor.delta()) is not None:
+                            yield index, delta
+            finally:
+                self.abort_all()
+                self.profiler.generate_finished()
+
+    def chat(
+        self,
+        messages: list[dict] | list[list[dict]],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams],
+        use_tqdm: bool = True,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[RequestOutput]:
+        """`generate` for one conversation (a list of `{"role", "content"}` messages) or a list of them,
+        each rendered by the tokenizer's chat template with the assistant's turn opened
+        (`chat_template_kwargs`, e.g. `{"enable_thinking": False}`, go to the template)."""
+        prompts = chat_prompts(self.tokenizer, messages, chat_template_kwargs)
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    @contextlib.contextmanager
+    def _exclusive(self, streaming: bool = False):
+        """One call at a time (other threads wait); a call from the thread iterating a stream would wait for
+        itself, and is an error instead."""
+        if self._streaming_thread == threading.get_ident():
+            raise RuntimeError("a stream of this engine is still being iterated: finish or close it first")
         with self._generating:
-            return self._generate(prompts, sampling_params, use_tqdm)
+            if streaming:
+                self._streaming_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._streaming_thread = None
 
-    def _generate(self, prompts, sampling_params, use_tqdm: bool) -> list[dict]:
-        self.profiler.generate_started()
-        requests = [(token_ids_of(p, self.tokenizer), sp) for p, sp in paired(prompts, sampling_params)]
-        for token_ids, params in requests:  # all checked before any is queued
-            self.validate(token_ids, params)
-        try:
-            seqs = [self._enqueue(token_ids, params) for token_ids, params in requests]
-            self.profiler.lap("add_requests")
-            self._run_until_done(len(seqs), use_tqdm)
-        finally:
-            self.abort_all()
-        outputs = [
-            {"text": self.tokenizer.decode(seq.completion_token_ids), "token_ids": seq.completion_token_ids}
-            for seq in seqs
+    def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
+        """The requests of a call as (token ids, params, priority), every one checked."""
+        pairs = paired(prompts, sampling_params)
+        requests = [
+            (token_ids_of(prompt, self.tokenizer), params, rank)
+            for (prompt, params), rank in zip(pairs, priorities(priority, len(pairs)))
         ]
-        self.profiler.lap("detokenize")
-        self.profiler.generate_finished()
-        return outputs
+        for token_ids, params, _ in requests:  # all checked before any is queued
+            self.validate(token_ids, params)
+        return requests
 
-    def _run_until_done(self, num_requests: int, use_tqdm: bool) -> None:
-        progress = tqdm(total=num_requests, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
+    def _run_until_done(self, num_seqs: int, use_tqdm: bool) -> None:
+        progress = tqdm(total=num_seqs, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
         start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
 
         def rate(tokens: int, seconds: float) -> str:

@@ -212,6 +212,8 @@ class ModelRunner:
         the device. Every rank runs this: rank 0 `sample`s, the others receive its tokens, and each rank
         writes them into its token table for the steps that follow."""
         steps = self.broadcaster.steps(steps)
+        if steps[0].block_copies is not None:
+            self.copy_blocks(steps[0].block_copies)
         if not steps[0].is_prefill:
             steps = to_device_round(steps, self.device)
         tokens = []
@@ -225,6 +227,14 @@ class ModelRunner:
             self.token_table.index_copy_(0, to_device(inputs.sampled_rows, self.device), sampled)
             tokens.append(sampled)
         return torch.stack(tokens, dim=1)
+
+    def copy_blocks(self, copies: torch.Tensor) -> None:
+        """Copy KV blocks in every layer, `copies` rows of (source, destination): a fork's own copy of the
+        block its prompt ends in, before the fork writes its tokens there."""
+        copies = to_device(copies, self.device)
+        for layer in self._attention_layers(self.model):
+            for cache in (layer.k_cache, layer.v_cache):
+                cache.index_copy_(0, copies[:, 1], cache.index_select(0, copies[:, 0]))
 
     @staticmethod
     def wait_for_device(event: torch.cuda.Event) -> None:

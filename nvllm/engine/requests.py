@@ -32,6 +32,24 @@ def paired(prompts: Any, sampling_params: Any) -> list[tuple[Prompt, SamplingPar
     return list(zip(prompts, sampling_params))
 
 
+def check_priority(priority: Any) -> int:
+    if not is_integer(priority):
+        raise ValueError(f"priority={priority!r} must be an integer (lower is served first)")
+    return int(priority)
+
+
+def priorities(priority: Any, num_requests: int) -> list[int]:
+    """`generate`'s `priority`: None (all 0) or one integer per prompt."""
+    if priority is None:
+        return [0] * num_requests
+    if isinstance(priority, str) or not isinstance(priority, Iterable):
+        raise ValueError(f"priority={priority!r} must be None or a list of one integer per prompt")
+    priority = list(priority)
+    if len(priority) != num_requests:
+        raise ValueError(f"{num_requests} prompts but {len(priority)} priorities")
+    return [check_priority(p) for p in priority]
+
+
 def token_ids_of(prompt: Any, tokenizer) -> list[int]:
     """The prompt's token ids: a string tokenized, a sequence of ids (NumPy integers too) as Python ints;
     other element types are left for `check_request` to name."""
@@ -66,6 +84,15 @@ def check_request(
     outside = [t for t in token_ids if not 0 <= t < vocab_size]
     if outside:
         raise ValueError(f"token id(s) {outside[:5]} outside the vocabulary [0, {vocab_size})")
+    bad_stops = [t for t in params.stop_token_ids or [] if not t < vocab_size]
+    if bad_stops:
+        raise ValueError(f"stop_token_ids {bad_stops[:5]} outside the vocabulary [0, {vocab_size})")
+    if params.logprobs is not None and params.logprobs > vocab_size:
+        raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {vocab_size}")
+    if params.n > config.scheduler.max_num_seqs:
+        raise ValueError(
+            f"n={params.n} samples run at once, beyond scheduler.max_num_seqs={config.scheduler.max_num_seqs}"
+        )
     max_model_len = config.scheduler.max_model_len
     if len(token_ids) >= max_model_len:  # prompt and output together hold at most max_model_len tokens
         raise ValueError(
@@ -78,4 +105,11 @@ def check_request(
         raise ValueError(
             f"a request of up to {longest} tokens needs {blocks_needed} KV blocks but the cache has "
             f"{num_blocks}: raise cache.num_blocks or the memory budget"
+        )
+    # admitted together: the prompt's blocks and each other sample's copy of the last one
+    blocks_at_admission = block_manager.blocks_for(len(token_ids)) + params.n - 1
+    if blocks_at_admission > num_blocks:
+        raise ValueError(
+            f"n={params.n} samples of a {len(token_ids)}-token prompt need {blocks_at_admission} KV blocks "
+            f"at once but the cache has {num_blocks}: lower n or raise the memory budget"
         )

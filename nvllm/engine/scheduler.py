@@ -1,12 +1,14 @@
 from __future__ import annotations
 
-from collections import deque
+import time
 from dataclasses import dataclass, field
 
 from nvllm.config import SchedulerConfig
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.prefix_grouping import PrefixGrouping
+from nvllm.engine.scheduling_policy import SchedulingPolicy, WaitingQueue
 from nvllm.engine.sequence import Sequence, SequenceStatus
+from nvllm.engine.stops import StopChecker
 from nvllm.profiling import NullProfiler, Profiler
 
 
@@ -19,6 +21,8 @@ class ScheduledBatch:
     seqs: list[Sequence] = field(default_factory=list)
     num_new_tokens: list[int] = field(default_factory=list)
     is_prefill: bool = True
+    # KV blocks to copy (source, destination) before the batch runs: forks' copies of a prompt's last block
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -30,11 +34,13 @@ class ScheduledBatch:
 
     @property
     def sampled_seqs(self) -> list[Sequence]:
-        """The sequences that get tokens sampled: all in decode; in prefill, those whose prompt completes."""
+        """The sequences that get tokens sampled: all in decode; in prefill, those whose prompt completes,
+        each followed by its forks (`Sequence.forks`: they sample their first tokens from its logits)."""
         return [
-            seq
+            member
             for seq, num_new in zip(self.seqs, self.num_new_tokens)
             if not self.is_prefill or seq.computed_len + num_new == seq.host_len
+            for member in (seq, *seq.forks)
         ]
 
     def add(self, seq: Sequence, num_new_tokens: int) -> None:
@@ -43,8 +49,9 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    """FCFS continuous batching: prefill (chunked when it exceeds the token budget) before decode,
-    and preemption by recompute of the newest running sequence when the KV cache runs out."""
+    """Continuous batching: prefill (chunked when it exceeds the token budget) before decode, and
+    preemption by recompute of the last running sequence in the policy's order (`scheduling_policy`: by
+    default the newest) when the KV cache runs out."""
 
     def __init__(
         self,
@@ -56,9 +63,11 @@ class Scheduler:
         self.config = config
         self.profiler = profiler or NullProfiler()  # told of every admission and preemption
         self.block_manager = block_manager
-        self.eos_token_id = eos_token_id
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []  # in admission order: the newest is preempted first
+        self.stops = StopChecker(eos_token_id, config.max_model_len)
+        self.policy = SchedulingPolicy(config.policy)
+        self.waiting = WaitingQueue(self.policy)
+        self.running: list[Sequence] = []  # in the policy's order: the last is preempted first
+        self.pending_block_copies: list[tuple[int, int]] = []  # for the next batch (see `block_copies`)
         # rows of the device's token table (see StepInputs.token_rows), one per running sequence
         self.free_token_rows = list(range(config.max_num_seqs))
         self.num_preemptions = 0
@@ -68,14 +77,18 @@ class Scheduler:
             self.prefix_grouping = PrefixGrouping(block_manager.block_size, max_bypass=config.max_num_seqs)
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        self.waiting.add(seq)
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
 
     def schedule(self) -> ScheduledBatch:
         batch = self._schedule_prefill()
-        return batch if batch.seqs else self._schedule_decode()
+        return self._with_block_copies(batch if batch.seqs else self._schedule_decode())
+
+    def _with_block_copies(self, batch: ScheduledBatch) -> ScheduledBatch:
+        batch.block_copies, self.pending_block_copies = self.pending_block_copies, []
+        return batch
 
     def _schedule_prefill(self) -> ScheduledBatch:
         batch, budget = ScheduledBatch(is_prefill=True), self.config.max_num_batched_tokens
@@ -87,18 +100,19 @@ class Scheduler:
         # tokens would leave the other for a decode step): admission waits for the next step
         waiting_before, admitted = list(self.waiting), []
         for seq in self._admission_order():
-            if budget < 2 or len(self.running) >= self.config.max_num_seqs:
+            if budget < 2 or not self._has_rows_for(seq):
                 break
             if not self.config.chunked_prefill and batch.seqs and seq.host_len > budget:
                 break
-            if not self.block_manager.can_allocate(seq):
+            if not self.block_manager.can_allocate(seq) and not self._make_room(seq, batch):
                 break
             self.block_manager.allocate(seq)
             self.waiting.remove(seq)
             admitted.append(seq)
             seq.status = SequenceStatus.RUNNING
-            seq.token_row = self.free_token_rows.pop()
-            self.running.append(seq)
+            for member in (seq, *seq.forks):  # forks sample their first token in the prompt's last step
+                member.token_row = self.free_token_rows.pop()
+            self.policy.insert(self.running, seq)
             self.profiler.request_scheduled(seq)
             num_tokens = self._prefill_chunk(seq, budget)
             batch.add(seq, num_tokens)
@@ -113,6 +127,26 @@ class Scheduler:
         if self.prefix_grouping is None:
             return list(self.waiting)
         return self.prefix_grouping.admission_order(list(self.waiting), self.running)
+
+    def _has_rows_for(self, seq: Sequence) -> bool:
+        """Whether the token table has rows for the sequence and its forks (one per running sequence: at
+        most `max_num_seqs`)."""
+        return len(self.free_token_rows) > len(seq.forks)
+
+    def _make_room(self, seq: Sequence, batch: ScheduledBatch) -> bool:
+        """Preempt running sequences the policy lets `seq` preempt (the last in its order first; none that
+        `batch` already holds) until `seq` can be allocated; nothing when even all of them would not do."""
+        victims = [
+            other
+            for other in self.running
+            if self.policy.may_preempt_for(seq, other) and other not in batch.seqs
+        ]
+        held = sum(len(other.block_table) for other in victims)
+        if held + self.block_manager.num_free_blocks < self.block_manager.blocks_for(seq.host_len):
+            return False
+        while victims and not self.block_manager.can_allocate(seq):
+            self._preempt(victims.pop())
+        return self.block_manager.can_allocate(seq)
 
     @staticmethod
     def _prefill_chunk(seq: Sequence, budget: int) -> int:
@@ -152,7 +186,7 @@ class Scheduler:
         for seq in self.running:
             if seq.num_in_flight_tokens == 0:
                 return None
-            if self._tokens_left(seq) > 0 and len(plan) < self.config.max_num_batched_tokens:
+            if self.stops.tokens_left(seq) > 0 and len(plan) < self.config.max_num_batched_tokens:
                 plan.append((seq, self._num_decode_steps(seq)))
         manager = self.block_manager
         if (
@@ -169,11 +203,7 @@ class Scheduler:
     def _can_admit(self) -> bool:
         """Whether a prefill step could take the first waiting prompt now."""
         order = self._admission_order() if self.waiting else []
-        return (
-            bool(order)
-            and len(self.running) < self.config.max_num_seqs
-            and self.block_manager.can_allocate(order[0])
-        )
+        return bool(order) and self._has_rows_for(order[0]) and self.block_manager.can_allocate(order[0])
 
     def launched(self, batch: ScheduledBatch) -> None:
         """The device now computes `batch`: a decode round's tokens are on the device until `postprocess`."""
@@ -186,72 +216,92 @@ class Scheduler:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
         blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
         room = self.block_manager.max_decode_steps(seq)
-        return max(1, min(self.config.num_decode_steps, self._tokens_left(seq), room))
-
-    def _tokens_left(self, seq: Sequence, length: int | None = None) -> int:
-        """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it, once it is
-        `length` tokens long (default: its length on the device)."""
-        length = seq.device_len if length is None else length
-        num_completion_tokens = length - seq.num_prompt_tokens
-        return min(seq.sampling_params.max_tokens - num_completion_tokens, self.config.max_model_len - length)
+        return max(1, min(self.config.num_decode_steps, self.stops.tokens_left(seq), room))
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""
         self._release(seq)
         seq.computed_len = 0
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        self.waiting.add(seq)
         self.num_preemptions += 1
         self.profiler.request_preempted(seq)
 
-    def postprocess(self, batch: ScheduledBatch, sampled_token_ids: list[list[int]]) -> list[Sequence]:
+    def postprocess(
+        self,
+        batch: ScheduledBatch,
+        sampled_token_ids: list[list[int]],
+        sampled_logprobs: list[list[dict[int, float]]] | None = None,
+    ) -> list[Sequence]:
         """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in
-        that order) up to a stop, and retire finished sequences. Returns the finished ones. A decode
-        round's tokens replace the oldest of the sequence's pending ones; a sequence that finished while
-        this round was in flight (see `schedule_next_round`) takes nothing."""
-        finished, sampled = [], iter(sampled_token_ids)
+        that order; with their log-probabilities where asked) up to a stop, and retire finished sequences.
+        Returns the finished ones. A decode round's tokens replace the oldest of the sequence's pending
+        ones; a sequence that finished while this round was in flight (see `schedule_next_round`) takes
+        nothing. A prompt's forks start here, on its first tokens."""
+        finished, sampled = [], iter(range(len(sampled_token_ids)))
         for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
             if batch.is_prefill and seq.num_uncomputed_tokens > num_tokens:
                 seq.computed_len += num_tokens  # a chunk of a longer prompt: nothing sampled yet
                 self.block_manager.register_computed_blocks(seq)
                 continue
-            new_tokens = next(sampled)
-            if seq.is_finished:
-                continue
-            if not batch.is_prefill:
-                new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
-                seq.num_in_flight_tokens -= num_tokens
-            # tokens after a stop are discarded
-            kept, stopped = self._take_until_stop(seq, new_tokens, seq.host_len)
-            seq.token_ids.extend(new_tokens[:kept])
-            self.num_generated_tokens += kept
-            seq.computed_len = seq.host_len - 1  # the newest token's K/V is written by the step it feeds
-            self.block_manager.register_computed_blocks(seq)
-            if stopped:
-                seq.num_in_flight_tokens = 0  # a round launched after this one computes nothing it keeps
-                seq.status = SequenceStatus.FINISHED
-                self._release(seq)
-                finished.append(seq)
+            forks, seq.forks = (seq.forks, []) if batch.is_prefill else ([], seq.forks)
+            for fork in forks:  # before the prompt's owner appends a token to its blocks
+                self._start_fork(seq, fork)
+            for member in (seq, *forks):
+                row = next(sampled)
+                if member.is_finished:
+                    continue
+                new_tokens = sampled_token_ids[row]
+                if not batch.is_prefill:
+                    new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
+                    member.num_in_flight_tokens -= num_tokens
+                logprobs = sampled_logprobs[row] if sampled_logprobs is not None else None
+                if self._append(member, new_tokens, logprobs):
+                    finished.append(member)
         return finished
 
+    def _start_fork(self, parent: Sequence, fork: Sequence) -> None:
+        """`fork` runs from now on as a sequence of its own, on the KV of `parent`'s prompt."""
+        copy = self.block_manager.fork(parent, fork)
+        if copy is not None:
+            self.pending_block_copies.append(copy)
+        fork.status, fork.cached_len = SequenceStatus.RUNNING, parent.cached_len
+        self.policy.insert(self.running, fork)
+
+    def _append(self, seq: Sequence, new_tokens: list[int], logprobs: list | None) -> bool:
+        """Append the tokens sampled for `seq` up to a stop (those after it are discarded); True when it
+        finished."""
+        kept, stop = self.stops.take(seq, new_tokens)
+        if kept and seq.first_token_time is None:
+            seq.first_token_time = time.time()
+        seq.token_ids.extend(new_tokens[:kept])
+        if seq.logprobs is not None and logprobs is not None:
+            seq.logprobs.extend(logprobs[:kept])
+        self.num_generated_tokens += kept
+        seq.computed_len = seq.host_len - 1  # the newest token's K/V is written by the step it feeds
+        self.block_manager.register_computed_blocks(seq)
+        if stop is None:
+            return False
+        seq.finish_reason, seq.stop_reason = stop
+        seq.finished_time = time.time()
+        seq.num_in_flight_tokens = 0  # a round launched after this one computes nothing it keeps
+        seq.status = SequenceStatus.FINISHED
+        self._release(seq)
+        return True
+
     def _release(self, seq: Sequence) -> None:
-        """Take `seq` out of the running ones: its KV blocks and its token-table row go back."""
+        """Take `seq` out of the running ones: its KV blocks and its token-table row go back (and those
+        reserved for its forks, if its prompt was not computed yet)."""
         self.running.remove(seq)
-        self.block_manager.free(seq)
-        self.free_token_rows.append(seq.token_row)
-        seq.token_row = None
+        seq.penalty_history = None  # rebuilt from the host's tokens when it is admitted again
+        for member in (seq, *seq.forks):
+            self.block_manager.free(member)
+            self.free_token_rows.append(member.token_row)
+            member.token_row = None
 
     def abort_all(self) -> None:
         """Drop every request (after an error: the engine stays usable)."""
         for seq in list(self.running):
             self._release(seq)
         self.waiting.clear()
-
-    def _take_until_stop(self, seq: Sequence, new_tokens: list[int], length: int) -> tuple[int, bool]:
-        """How many of `new_tokens`, sampled after the sequence's first `length` tokens, it takes (up to
-        and including the first that stops it: an EOS unless ignored, its `max_tokens`-th token, or the one
-        that makes it `max_model_len` long), and whether one did."""
-        stop_at = self._tokens_left(seq, length)  # 0 at max_model_len: the token it got would pass it
-        if not seq.sampling_params.ignore_eos and self.eos_token_id in new_tokens:
-            stop_at = min(stop_at, new_tokens.index(self.eos_token_id) + 1)
-        return min(stop_at, len(new_tokens)), stop_at <= len(new_tokens)
+        self.pending_block_copies.clear()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from enum import Enum, auto
 
 import torch
@@ -24,8 +25,9 @@ class Sequence:
 
     _ids = itertools.count()
 
-    def __init__(self, token_ids: list[int], sampling_params: SamplingParams):
-        self.seq_id = next(Sequence._ids)
+    def __init__(self, token_ids: list[int], sampling_params: SamplingParams, priority: int = 0):
+        self.seq_id = next(Sequence._ids)  # also its arrival order
+        self.priority = priority  # lower is served first under scheduler.policy=priority
         self.status = SequenceStatus.WAITING
         self.token_ids = list(token_ids)
         self.num_prompt_tokens = len(token_ids)
@@ -39,6 +41,17 @@ class Sequence:
         self.generator: torch.Generator | None = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed)
+        # the other samples of its prompt (`SamplingParams.n`) until its prompt is computed: they take their
+        # first tokens from its prefill and then run on their own, sharing its prompt's KV blocks
+        self.forks: list[Sequence] = []
+        self.finish_reason: str | None = None  # "stop" | "length"
+        self.stop_reason: str | int | None = None  # the stop string or stop token id
+        self.logprobs: list[dict[int, float]] | None = [] if sampling_params.logprobs is not None else None
+        self.detokenizer = None  # an IncrementalDetokenizer where stop strings or streaming need the text
+        self.penalty_history = None  # (Penalties, row): its token history on the device, where penalised
+        self.arrival_time = time.time()
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
 
     @property
     def host_len(self) -> int:

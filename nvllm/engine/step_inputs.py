@@ -48,6 +48,8 @@ class StepInputs:
     longest_context: int
     # decode: the round's prefix groups, where cascade attention serves them (shared by its steps)
     cascade: CascadePlan | None = None
+    # a batch's first step: KV blocks to copy before it runs, [copies, 2] (source, destination) rows
+    block_copies: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -105,7 +107,11 @@ class StepInputBuilder:
 
     def build(self, batch: ScheduledBatch) -> list[StepInputs]:
         """One `StepInputs` per step of the batch: a prefill has one, a decode round `batch.num_steps`."""
-        return [self.prefill(batch)] if batch.is_prefill else self.decode(batch)
+        steps = [self.prefill(batch)] if batch.is_prefill else self.decode(batch)
+        if batch.block_copies:
+            copies = torch.tensor(batch.block_copies, dtype=torch.int64)
+            steps[0] = dataclasses.replace(steps[0], block_copies=copies)
+        return steps
 
     def prefill(self, batch: ScheduledBatch) -> StepInputs:
         input_ids, positions, seq_index, cu_seqlens, seqlens_k = [], [], [], [0], []
@@ -118,8 +124,9 @@ class StepInputBuilder:
             cu_seqlens.append(cu_seqlens[-1] + num_new)
             seqlens_k.append(end)
             if end == seq.host_len:
-                logits_indices.append(cu_seqlens[-1] - 1)
-                sampled_rows.append(seq.token_row)
+                for member in (seq, *seq.forks):  # its forks sample from its last token's logits too
+                    logits_indices.append(cu_seqlens[-1] - 1)
+                    sampled_rows.append(member.token_row)
         num_tokens, num_seqs = padded_size(len(input_ids)), padded_size(len(batch.seqs))
         if one_query_per_sequence(num_tokens, num_seqs) and max(batch.num_new_tokens) > 1:
             num_tokens += 1  # one more padded token, so that it does not read as one query per sequence

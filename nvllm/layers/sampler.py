@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nvllm.layers.logits_processors import RequestProcessing
 from nvllm.sampling_params import SamplingParams
 from nvllm.transfer import to_device
 
@@ -57,6 +58,8 @@ class SamplingBatch:
     top_p: torch.Tensor | None
     all_greedy: bool
     num_steps: list[int] | None  # per row, the decode steps it takes: a row sitting out draws nothing
+    # penalties, min_tokens, logprobs: None unless a request of the batch asks for one
+    processing: RequestProcessing | None = None
 
 
 class Sampler:
@@ -114,6 +117,14 @@ class Sampler:
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, step: int = 0) -> torch.Tensor:
         """One token per row of `logits` (as many rows as the batch was prepared for), on the device;
         `step`: the step of a decode round."""
+        processing = batch.processing
+        if processing is None:
+            return self._draw(logits, batch, step)
+        tokens = self._draw(processing.processed(logits, step), batch, step)
+        processing.sampled(tokens, step, logits)
+        return tokens
+
+    def _draw(self, logits: torch.Tensor, batch: SamplingBatch, step: int) -> torch.Tensor:
         if batch.all_greedy:  # decided on the host: no noise, no filtering
             return logits.argmax(-1)
         noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_()

@@ -1,0 +1,61 @@
+"""The order in which the scheduler serves sequences (`scheduler.policy`), and the waiting queue kept in it.
+
+One order serves every decision: waiting prompts are admitted in it, running sequences are served in it,
+and the last running one in it is preempted first. `fcfs`: by arrival. `priority`: by `priority` (lower
+first, vLLM's convention), then by arrival; a waiting request may then also preempt running ones of lower
+priority to get its KV blocks.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+
+from nvllm.engine.sequence import Sequence
+
+ORDERS: dict[str, Callable[[Sequence], tuple]] = {
+    "fcfs": lambda seq: (seq.seq_id,),
+    "priority": lambda seq: (seq.priority, seq.seq_id),
+}
+
+
+class SchedulingPolicy:
+    def __init__(self, name: str):
+        if name not in ORDERS:
+            raise ValueError(f"scheduler.policy={name!r} must be one of {sorted(ORDERS)}")
+        self.name = name
+        self.key = ORDERS[name]
+
+    def insert(self, seqs: list[Sequence], seq: Sequence) -> None:
+        """Put `seq` into `seqs` (kept in this order)."""
+        bisect.insort(seqs, seq, key=self.key)
+
+    def may_preempt_for(self, waiting: Sequence, running: Sequence) -> bool:
+        """Whether admitting `waiting` may preempt `running` when it needs its blocks."""
+        return self.name == "priority" and running.priority > waiting.priority
+
+
+class WaitingQueue:
+    """Sequences waiting for admission, in the policy's order (preempted ones return to their place)."""
+
+    def __init__(self, policy: SchedulingPolicy):
+        self.policy = policy
+        self._seqs: list[Sequence] = []
+
+    def add(self, seq: Sequence) -> None:
+        self.policy.insert(self._seqs, seq)
+
+    def first(self) -> Sequence:
+        return self._seqs[0]
+
+    def remove(self, seq: Sequence) -> None:
+        self._seqs.remove(seq)
+
+    def clear(self) -> None:
+        self._seqs.clear()
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def __iter__(self) -> Iterator[Sequence]:
+        return iter(self._seqs)
