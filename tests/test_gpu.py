@@ -11,6 +11,10 @@ from tests.checkpoints import write_checkpoint
 
 pytestmark = pytest.mark.gpu
 
+# relative L2 between two bf16 computations of the same model's logits (compiled against eager, cascade
+# against plain attention): the reduction orders differ, and the difference grows through the layers
+EQUIVALENT_BF16_LOGITS = 0.08
+
 PROMPTS = [list(range(100 + i, 100 + i + n)) for i, n in enumerate([5, 37, 128, 300, 700, 1])] + [
     [9707, 11, 1879, 0]
 ]
@@ -79,7 +83,7 @@ def test_compiled_flash_attn_engine_matches_eager_and_transformers(checkpoint_06
         eager = [o["token_ids"] for o in eager_llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
         _, eager_logits = prefill_logits(eager_llm)
     # bf16 rounded at other points (fused kernels keep fp32 longer): each is a few % from fp32 (below)
-    assert relative_error(logits, eager_logits) < 0.08
+    assert relative_error(logits, eager_logits) < EQUIVALENT_BF16_LOGITS
     with engine(attention_backend="torch") as torch_llm:
         _, torch_logits = prefill_logits(torch_llm)
     assert relative_error(logits, torch_logits) < 0.05

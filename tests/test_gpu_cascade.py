@@ -13,7 +13,12 @@ from nvllm import LLM, SamplingParams
 from nvllm.attention import AttentionMetadata
 from nvllm.attention.cascade import plan_cascade
 from nvllm.layers.cascade_attention import cascade_attention
-from tests.test_gpu import assert_greedy_path, checkpoint_06b, hf_fp32  # noqa: F401  (fixtures)
+from tests.test_gpu import (  # noqa: F401  (fixtures)
+    EQUIVALENT_BF16_LOGITS,
+    assert_greedy_path,
+    checkpoint_06b,
+    hf_fp32,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -27,9 +32,9 @@ def mixed_batch() -> tuple[np.ndarray, np.ndarray]:
     padded row."""
     tables = np.zeros((8, 8), dtype=np.int32)
     tables[[0, 2, 5], :3] = [1, 2, 3]
-    tables[0, 3:5], tables[2, 3], tables[5, 3:6] = [10, 11], [12], [13, 14, 15]
+    tables[0, 3:5], tables[2, 3], tables[5, 3:6] = [10, 11], 12, [13, 14, 15]
     tables[[1, 4], 0] = 7
-    tables[1, 1:3], tables[4, 1] = [20, 21], [22]
+    tables[1, 1:3], tables[4, 1] = [20, 21], 22
     tables[3, :4] = [30, 31, 32, 33]
     tables[6, 0] = 40
     seqlens = np.array(
@@ -118,7 +123,10 @@ def test_shared_prefix_workload_by_cascade_in_cuda_graphs(checkpoint_06b, hf_fp3
         replayed = {key for key in graphs.graphs if key[0] == "cascade"}
         assert replayed, "no cascade graphs recorded"
     assert compared, "no decode step was served by cascade"
-    assert max(compared) < 0.05, f"cascade logits {max(compared):.3f} (relative L2) from plain"
+    # two computations of the same attention in bf16, as compiled against eager in test_gpu
+    assert max(compared) < EQUIVALENT_BF16_LOGITS, (
+        f"cascade logits {max(compared):.3f} (relative L2) from plain"
+    )
     # bf16 parts greedy paths at near ties; both runs must stay on the fp32 model's greedy path
     for prompt, ours in zip(prompts, outputs):
         assert_greedy_path(hf_fp32, prompt, ours)

@@ -39,7 +39,8 @@ def test_logprobs_and_penalties_on_the_gpu(engine):
     for out in engine.generate(PROMPTS, params, use_tqdm=False):
         completion = out.outputs[0]
         for token, entry in zip(completion.token_ids, completion.logprobs):
-            assert len(entry) == 5 and max(entry, key=entry.get) == token  # greedy: the most likely
+            # greedy takes a most likely token: bf16 logits tie often, so compare values, not keys
+            assert len(entry) == 5 and entry[token] == max(entry.values())
             assert all(value <= 0 for value in entry.values())
             assert torch.tensor(list(entry.values())).exp().sum() <= 1 + 1e-3
     plain = engine.generate(
