@@ -127,8 +127,10 @@ def test_shared_prefix_workload_by_cascade_in_cuda_graphs(checkpoint_06b, hf_fp3
     assert max(compared) < EQUIVALENT_BF16_LOGITS, (
         f"cascade logits {max(compared):.3f} (relative L2) from plain"
     )
-    # bf16 parts greedy paths at near ties; both runs must stay on the fp32 model's greedy path
-    for prompt, ours in zip(prompts, outputs):
+    # bf16 parts greedy paths at near ties (this random model's next-token distribution is nearly flat), so
+    # the runs are held to the fp32 model's greedy path, not to each other; their first tokens come from the
+    # same prefill step, which cascade does not touch
+    for prompt, ours, theirs in zip(prompts, outputs, plain):
         assert_greedy_path(hf_fp32, prompt, ours)
-    agreeing = sum(a == b for a, b in zip(outputs, plain))
-    assert agreeing >= len(prompts) // 2, f"only {agreeing} of {len(prompts)} outputs agree with cascade off"
+        assert_greedy_path(hf_fp32, prompt, theirs)
+        assert ours[0] == theirs[0]
