@@ -73,3 +73,16 @@ def test_members_of_a_running_group_go_first():
     earlier, member = Sequence(random_prompt(2 * BLOCK, 8), PARAMS), Sequence(shared + [2], PARAMS)
     short = Sequence(random_prompt(BLOCK, 9), PARAMS)  # no full block to share: no group
     assert grouping.admission_order([earlier, short, member], [running]) == [member, earlier, short]
+
+
+def test_grouping_never_admits_a_lower_priority_before_a_higher_one():
+    prefix = random_prompt(24, 1)
+    settings = dict(kvcache_block_size=BLOCK, max_model_len=64, scheduler__policy="priority")
+    with tiny_llm(scheduler__group_prefixes=True, **settings) as llm:
+        for i in range(6):
+            llm.add_request(prefix + random_prompt(3, 10 + i), PARAMS, priority=1)
+        llm.step()  # the group's leader computes the prefix: the others are now a warm group
+        urgent = llm.add_request(random_prompt(6, 40), PARAMS, priority=0)
+        order = llm.scheduler._admission_order()
+        assert order[0] is urgent and len(order) == 6  # then the warm group, by arrival
+        assert [seq.priority for seq in order[1:]] == [1] * 5

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -123,10 +124,15 @@ class Scheduler:
 
     def _admission_order(self) -> list[Sequence]:
         """The waiting sequences in the order a prefill step tries to admit them (it stops at the first
-        that does not fit): the queue's, or grouped by shared prefix (`scheduler.group_prefixes`)."""
+        that does not fit): the queue's, or grouped by shared prefix (`scheduler.group_prefixes`) among the
+        sequences the policy ranks equal, so that grouping never puts a lower priority first."""
         if self.prefix_grouping is None:
             return list(self.waiting)
-        return self.prefix_grouping.admission_order(list(self.waiting), self.running)
+        return [
+            seq
+            for _, equals in itertools.groupby(self.waiting, key=self.policy.rank)
+            for seq in self.prefix_grouping.admission_order(list(equals), self.running)
+        ]
 
     def _has_rows_for(self, seq: Sequence) -> bool:
         """Whether the token table has rows for the sequence and its forks (one per running sequence: at

@@ -13,18 +13,22 @@ from collections.abc import Callable, Iterator
 
 from nvllm.engine.sequence import Sequence
 
-ORDERS: dict[str, Callable[[Sequence], tuple]] = {
-    "fcfs": lambda seq: (seq.seq_id,),
-    "priority": lambda seq: (seq.priority, seq.seq_id),
+# a sequence's rank under each policy (lower first); equal ranks are served by arrival
+RANKS: dict[str, Callable[[Sequence], int]] = {
+    "fcfs": lambda seq: 0,
+    "priority": lambda seq: seq.priority,
 }
 
 
 class SchedulingPolicy:
     def __init__(self, name: str):
-        if name not in ORDERS:
-            raise ValueError(f"scheduler.policy={name!r} must be one of {sorted(ORDERS)}")
+        if name not in RANKS:
+            raise ValueError(f"scheduler.policy={name!r} must be one of {sorted(RANKS)}")
         self.name = name
-        self.key = ORDERS[name]
+        self.rank = RANKS[name]
+
+    def key(self, seq: Sequence) -> tuple[int, int]:
+        return self.rank(seq), seq.seq_id
 
     def insert(self, seqs: list[Sequence], seq: Sequence) -> None:
         """Put `seq` into `seqs` (kept in this order)."""
