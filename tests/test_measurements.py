@@ -63,7 +63,8 @@ def test_repeats_default_by_device_and_refuse_replayed_text_prompts(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_provenance_names_the_code_libraries_device_and_time(tmp_path):
+def test_provenance_names_the_code_libraries_device_and_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the source of the thread count it must record
     before = datetime.now(timezone.utc).replace(microsecond=0)
     cfg = compose_config([*TINY, "workload.num_seqs=1", "workload.output_len=2"])
     generate.run(cfg, tmp_path, name="provenance")
