@@ -9,12 +9,14 @@ from pathlib import Path
 
 import wandb
 
+from experiments.trace_kernels import summary as kernel_summary
 from nvllm import LLM
 from nvllm.profiling.timeline import write_run_dir
 from nvllm.utilization import utilization_stats
 from nvllm.visualize import render
 
 TRACE_FILE = "trace.json"
+KERNELS_FILE = "kernels.txt"  # the trace's GPU kernels, summed by name
 UTILIZATION_KEYS = ("prefill_s", "decode_s", "prefill_flops", "decode_flops", "prefill_bytes", "decode_bytes")
 
 
@@ -42,9 +44,13 @@ def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
     trace = profiler.export_trace(output_dir / TRACE_FILE)
     figures = render(output_dir)
     print(profiler.summary())
+    if trace:
+        kernels = kernel_summary(trace, top=40)
+        (output_dir / KERNELS_FILE).write_text(kernels + "\n")
+        print(kernels)
     print(
         f"Profile: {output_dir} (steps.csv, requests.csv, profile.json, figures/)"
-        + (f"; torch trace: {trace}" if trace else "")
+        + (f"; torch trace: {trace}, its kernels: {KERNELS_FILE}" if trace else "")
     )
     wandb_job.define_metric("timeline/*", step_metric="timeline/time_s")
     for step in profiler.steps():

@@ -1,0 +1,60 @@
+"""The GPU kernels of a torch.profiler trace (`profile.torch_trace_steps`), summed by name: how many ran,
+their device time, and how busy the device was between the first kernel and the last one (the rest is
+idle gaps: launch latency, host waits).
+
+    python -m experiments.trace_kernels RUN_DIR/trace.json [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+
+def short_name(name: str) -> str:
+    """A kernel's name without template arguments and parameter lists, at most 90 characters."""
+    name = re.sub(r"<.*>", "<…>", name)
+    name = re.sub(r"\(.*\)", "", name)
+    return name[:90]
+
+
+def kernel_events(trace: dict) -> list[dict]:
+    return [event for event in trace["traceEvents"] if event.get("cat") == "kernel" and "dur" in event]
+
+
+def summary(trace_path: Path, top: int) -> str:
+    kernels = kernel_events(json.loads(Path(trace_path).read_text()))
+    if not kernels:
+        return f"{trace_path}: no GPU kernels recorded"
+    by_name: dict[str, list[float]] = defaultdict(list)
+    for event in kernels:
+        by_name[short_name(event["name"])].append(event["dur"])
+    busy_us = sum(event["dur"] for event in kernels)
+    span_us = max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)
+    lines = [
+        f"{len(kernels)} kernels, {busy_us / 1e3:.2f} ms on the device over a span of {span_us / 1e3:.2f} ms "
+        f"({busy_us / span_us:.0%} busy)",
+        f"{'count':>7} {'total ms':>9} {'mean us':>8} {'share':>6}  kernel",
+    ]
+    ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))
+    for name, durations in ranked[:top]:
+        total = sum(durations)
+        lines.append(
+            f"{len(durations):>7} {total / 1e3:>9.2f} {total / len(durations):>8.1f} {total / busy_us:>6.1%}  {name}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--top", type=int, default=25)
+    arguments = parser.parse_args()
+    print(summary(arguments.trace, arguments.top))
+
+
+if __name__ == "__main__":
+    main()
