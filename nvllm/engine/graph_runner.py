@@ -17,6 +17,7 @@ from nvllm.attention.backend import MIN_SIZE
 from nvllm.attention.cascade import CascadePlan
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
+from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
 from nvllm.transfer import copy_from_host, to_device
 
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # token counts that get a prefill graph
@@ -78,15 +79,24 @@ def prefill_buckets(config: EngineConfig) -> list[int]:
     return [tokens for tokens in PREFILL_BUCKETS if tokens <= most]
 
 
-def record(forward: Callable, args: tuple, pool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """`forward(*args)` run once outside a capture (compiling it the first time, warming up), then recorded
-    into a CUDA graph that allocates from `pool` (None: a new one)."""
-    forward(*args)
-    torch.cuda.synchronize()
+def record(forward: Callable, args: tuple, pool, warm_up: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """`forward(*args)` recorded into a CUDA graph that allocates from `pool` (None: a new one); run once
+    outside the capture first where `warm_up` (see `warm_up_class`)."""
+    if warm_up:
+        forward(*args)
+        torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
         output = forward(*args)
     return graph, output
+
+
+def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:
+    """Graphs of one class launch the same kernels, so only the first of them needs a run outside the
+    capture (a capture cannot wait for the device, as a kernel's first launch may: Triton compiles it and
+    autotunes it there). A class is a graph's kind and KV-split choice, whether its rows take the skinny
+    matmul, and whether their count is a multiple of 16 (Triton compiles a kernel apart for each)."""
+    return kind, kv_splits, num_rows <= SKINNY_MAX_ROWS, num_rows % 16 == 0
 
 
 class GraphRunner:
@@ -134,18 +144,23 @@ class GraphRunner:
             return forward(token_table[token_rows], *args)
 
         pool = None  # shared by every graph (they never run at the same time); the largest first
+        warmed_up: set[tuple] = set()
+
+        def capture(key: tuple, forward: Callable, args: tuple, num_rows: int, kv_splits: int) -> None:
+            nonlocal pool
+            warm_up = warm_up_class(key[0], num_rows, kv_splits)
+            graph, self.logits[key] = record(forward, args, pool, warm_up not in warmed_up)
+            warmed_up.add(warm_up)
+            self.graphs[key], pool = graph, graph.pool()
+
         for size in reversed(decode_sizes):
             for splits in sorted({0, backend.decode_kv_splits(size, longest_context=1)}):
                 for kind in ("decode", "cascade") if cascade else ("decode",):
-                    key = (kind, size, splits)
                     args = self._arguments(kind, size, size, splits)
-                    graph, self.logits[key] = record(decode_forward, args, pool)
-                    self.graphs[key], pool = graph, graph.pool()
+                    capture((kind, size, splits), decode_forward, args, size, splits)
         for num_tokens in reversed(buckets):
-            key = ("prefill", num_tokens)
             args = self._arguments("prefill", num_tokens, PREFILL_GRAPH_SEQS, 0)
-            graph, self.logits[key] = record(forward, args, pool)
-            self.graphs[key], pool = graph, graph.pool()
+            capture(("prefill", num_tokens), forward, args, num_tokens, 0)
         torch.cuda.synchronize()
 
     def _static_buffers(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
