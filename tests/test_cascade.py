@@ -15,7 +15,7 @@ import torch._dynamo.utils
 from nvllm import SamplingParams
 from nvllm.attention import cascade
 from nvllm.attention.cascade import cascade_pays, plan_cascade, prefix_groups
-from nvllm.layers.cascade_attention import merge_by_lse
+from nvllm.layers.cascade_attention import merge_partials
 from tests.engine_utils import random_prompt, tiny_llm
 
 BLOCK = 4
@@ -46,8 +46,12 @@ def cascade_against_plain(llm) -> Iterator[list[Compared]]:
         plain = forward(dataclasses.replace(inputs, cascade=None)).clone()
         by_cascade = forward(inputs)
         plan = inputs.cascade
-        cu_q, cu_k = plan.group_cu_seqlens_q.tolist(), plan.group_cu_seqlens_k.tolist()
-        groups = [(cu_q[g + 1] - cu_q[g], cu_k[g + 1] - cu_k[g]) for g in range(len(cu_q) - 1)]
+        cu_q, cu_k = plan.prefix_cu_seqlens_q.tolist(), plan.prefix_cu_seqlens_k.tolist()
+        prefix_of: dict[tuple, int] = {}  # a group's rows → its prefix, summed over its chunks' slots
+        for slot in range(len(cu_q) - 1):
+            rows = tuple(plan.prefix_query_rows[cu_q[slot] : cu_q[slot + 1]].tolist())
+            prefix_of[rows] = prefix_of.get(rows, 0) + cu_k[slot + 1] - cu_k[slot]
+        groups = [(len(rows), prefix) for rows, prefix in prefix_of.items()]
         compared.append(
             Compared(
                 worst=((plain - by_cascade).abs().max() / (TOLERANCE * plain.abs().max())).item(),
@@ -156,21 +160,36 @@ def test_prefix_groups_count_full_blocks_before_the_newest_token_only():
     assert prefix_groups(tables, np.array([9, 12, 0, 0, 1, 1]), BLOCK) == [([0, 1], 2)]
 
 
-def test_plan_orders_groups_and_bounds_their_number(monkeypatch):
+def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_number(monkeypatch):
     monkeypatch.setattr(cascade, "MAX_CASCADE_GROUPS", 2)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 2)
+    monkeypatch.setattr(cascade, "PREFIX_SLOTS", 4)
     # three groups of two: prefixes of 1, 3 and 2 blocks; the two that save most are served
     tables = np.array([[1, 2, 3, 9], [1, 2, 3, 8], [4, 9, 0, 0], [4, 8, 0, 0], [5, 6, 7, 1], [5, 6, 2, 3]])
     seqlens = np.array([[14, 14, 6, 6, 13, 9], [15, 15, 7, 7, 14, 10]])
     plan = plan_cascade(tables, seqlens, BLOCK, "on", kv_splits=lambda longest: longest)
-    assert plan.query_order.tolist() == [0, 1, 4, 5, 2, 3]
-    assert plan.batch_order.tolist() == [0, 1, 4, 5, 2, 3]
+    # group (0, 1) over 3 blocks in chunks of 1 and 2 blocks, then group (4, 5) over 2 blocks in two of 1
+    assert plan.prefix_cu_seqlens_q.tolist() == [0, 2, 4, 6, 8]
+    assert plan.prefix_cu_seqlens_k.tolist() == [0, 4, 12, 16, 20]
+    assert plan.prefix_query_rows.tolist() == [0, 1, 0, 1, 4, 5, 4, 5, 0, 0, 0, 0]
+    assert plan.prefix_block_tables.tolist() == [[1, 2, 3, 9], [2, 3, 9, 0], [5, 6, 7, 1], [6, 7, 1, 0]]
+    assert plan.partial_rows.tolist() == [[0, 2], [1, 3], [0, 0], [0, 0], [4, 6], [5, 7]]
+    assert plan.has_partial.tolist() == [[True, True]] * 2 + [[False, False]] * 2 + [[True, True]] * 2
     assert plan.prefix_lens.tolist() == [12, 12, 0, 0, 8, 8]
-    assert plan.prefix_blocks.tolist() == [3, 3, 0, 0, 2, 2]
-    assert plan.group_cu_seqlens_q.tolist() == [0, 2, 4]
-    assert plan.group_cu_seqlens_k.tolist() == [0, 12, 20]
-    assert plan.group_rows.tolist() == [0, 4]
+    assert plan.remainder_block_tables.tolist() == [
+        [9, 9, 9, 9], [8, 8, 8, 8], [4, 9, 0, 0], [4, 8, 0, 0], [7, 1, 1, 1], [2, 3, 3, 3]
+    ]
     assert plan.kv_splits == 7  # the longest remainder of any step: row 2's 7 tokens at the last
     assert plan.saved_kv_tokens == 12 + 8
+
+
+def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 4)
+    tables = np.array([[1, 2, 5], [1, 2, 6], [1, 2, 7]])
+    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
+    assert plan.prefix_cu_seqlens_k[:4].tolist() == [0, 4, 8, 8]
+    assert plan.prefix_cu_seqlens_q[:4].tolist() == [0, 3, 6, 6]
+    assert plan.has_partial.tolist() == [[False, True, False, True]] * 3  # chunks 1 and 3: a block each
 
 
 def test_auto_serves_a_group_where_the_saved_reads_reach_the_threshold():
@@ -181,7 +200,7 @@ def test_auto_serves_a_group_where_the_saved_reads_reach_the_threshold():
     assert not cascade_pays(threshold * 10, 100, "off")
 
 
-def test_merge_by_lse_is_attention_over_the_union():
+def test_merged_partials_are_attention_over_the_union():
     torch.manual_seed(0)
     query, keys, values = torch.randn(3, 2, 8), torch.randn(10, 2, 8), torch.randn(10, 2, 8)
 
@@ -190,15 +209,16 @@ def test_merge_by_lse_is_attention_over_the_union():
         return torch.einsum("qhk,khd->qhd", scores.softmax(-1), v), scores.logsumexp(-1)
 
     whole, _ = attend(keys, values)
-    (first, first_lse), (rest, rest_lse) = attend(keys[:4], values[:4]), attend(keys[4:], values[4:])
-    every = torch.ones(3, dtype=torch.bool)
-    torch.testing.assert_close(merge_by_lse(first, first_lse, every, rest, rest_lse, every), whole)
-    # a part a row lacks is ignored whatever it holds (NaN here); a row with no part is zero
-    has_first = torch.tensor([True, False, False])
-    has_rest = torch.tensor([True, True, False])
-    first[1:], first_lse[1:] = float("nan"), float("nan")
-    rest[2], rest_lse[2] = float("nan"), float("inf")
-    merged = merge_by_lse(first, first_lse, has_first, rest, rest_lse, has_rest)
+    parts = [attend(keys[a:b], values[a:b]) for a, b in ((0, 4), (4, 7), (7, 10))]
+    outs = torch.stack([out for out, _ in parts], dim=1)
+    lses = torch.stack([lse for _, lse in parts], dim=1)
+    every = torch.ones(3, 3, dtype=torch.bool)
+    torch.testing.assert_close(merge_partials(outs, lses, every), whole)
+    # a part a row lacks is ignored whatever it holds (NaN, inf here); a row with no part is zero
+    present = torch.tensor([[True, True, True], [False, True, True], [False, False, False]])
+    outs[1, 0], lses[1, 0] = float("nan"), float("nan")
+    outs[2], lses[2] = float("nan"), float("inf")
+    merged = merge_partials(outs, lses, present)
     torch.testing.assert_close(merged[0], whole[0])
     torch.testing.assert_close(merged[1], attend(keys[4:], values[4:])[0][1])
     assert merged[2].eq(0).all()

@@ -35,11 +35,15 @@ class ReplayedOnTheHost:
 def graphs_on_the_host(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
 
-    def record(forward, args, pool):
+    warm_ups = []  # whether each graph recorded ran outside a capture first
+
+    def record(forward, args, pool, warm_up):
+        warm_ups.append(warm_up)
         graph = ReplayedOnTheHost(forward, args)
         return graph, graph.output
 
     monkeypatch.setattr(graph_runner, "record", record)
+    return warm_ups
 
 
 def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_on_the_host):
@@ -106,5 +110,7 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host):
         # the graphs attended by the plan, not by the empty one they were recorded with
         prefix_lens = sorted(graphs.static["cascade"]["prefix_lens"][:6].tolist())
     assert got == expected
+    # 2 kinds x 2 KV-split choices x 3 sizes, in 4 classes of the same kernels: one warm-up each
+    assert len(graphs_on_the_host) == 12 and sum(graphs_on_the_host) == 4
     assert replays["cascade", 8, 1], replays  # the six, padded to 8, with their prefix group
     assert prefix_lens == [0] + [12] * 5

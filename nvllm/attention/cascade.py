@@ -15,6 +15,7 @@ groups, the unused ones empty.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,11 @@ from nvllm.transfer import to_device
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
 # static bound: flash-attn's prefix pass launches thread blocks for every group slot, empty or not.
 MAX_CASCADE_GROUPS = 16
+# Chunks a group's prefix is cut into for the prefix pass, each attended by thread blocks of its own:
+# flash-attn's varlen kernel reads a sequence's keys in one thread block per 64 queries and head, one tile
+# after another, and a prefix in one piece would take as long as that loop over all of it.
+PREFIX_CHUNKS = 4
+PREFIX_SLOTS = MAX_CASCADE_GROUPS * PREFIX_CHUNKS
 
 # `attention.cascade=auto` serves a group by cascade when the prefix reads it saves per step,
 # prefix_len * (group_size - 1) tokens of KV, reach this many: below it, the extra kernels of a cascade step
@@ -45,18 +51,23 @@ def cascade_pays(prefix_len: int, group_size: int, mode: str) -> bool:
 
 @dataclass
 class CascadePlan:
-    """One decode round's prefix groups. Rows are the batch's (padded) rows; `query_order` lists the rows of
-    group 0, then group 1, ..., then every row in no group; group g's queries are rows
-    `group_cu_seqlens_q[g]:group_cu_seqlens_q[g + 1]` of the batch taken in that order, and its prefix is
-    the first `group_cu_seqlens_k[g + 1] - group_cu_seqlens_k[g]` tokens of row `group_rows[g]`'s blocks."""
+    """One decode round's prefix groups. Rows are the batch's (padded) rows. The prefix pass is one varlen
+    attention over `PREFIX_SLOTS` slots: each group's prefix is cut into up to `PREFIX_CHUNKS` chunks of whole
+    blocks, and each chunk is a slot that attends the group's queries to that chunk alone (so that the
+    prefix is read by several thread blocks at once, not by one after another). Slot s holds the queries
+    `prefix_query_rows[prefix_cu_seqlens_q[s]:prefix_cu_seqlens_q[s + 1]]` and the keys of the first
+    `prefix_cu_seqlens_k[s + 1] - prefix_cu_seqlens_k[s]` tokens of `prefix_block_tables[s]`; the unused
+    slots are empty. A row's partial results are merged with its remainder's (the blocks after its
+    prefix) by their log-sum-exps."""
 
-    query_order: torch.Tensor  # [rows] int64
-    batch_order: torch.Tensor  # [rows] int64: the inverse permutation (a row's place in query_order)
+    prefix_query_rows: torch.Tensor  # [rows * PREFIX_CHUNKS] int64: the batch row of each prefix-pass query
+    prefix_cu_seqlens_q: torch.Tensor  # [PREFIX_SLOTS + 1] int32
+    prefix_cu_seqlens_k: torch.Tensor  # [PREFIX_SLOTS + 1] int32
+    prefix_block_tables: torch.Tensor  # [PREFIX_SLOTS, width] int32: each slot's blocks from its first
+    partial_rows: torch.Tensor  # [rows, PREFIX_CHUNKS] int64: the prefix-pass query of each row's chunk
+    has_partial: torch.Tensor  # [rows, PREFIX_CHUNKS] bool: whether the row has that chunk
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
-    prefix_blocks: torch.Tensor  # [rows] int64: the same in blocks (where the row's remainder starts)
-    group_rows: torch.Tensor  # [MAX_CASCADE_GROUPS] int64: a row of each group (0 for the empty ones)
-    group_cu_seqlens_q: torch.Tensor  # [MAX_CASCADE_GROUPS + 1] int32
-    group_cu_seqlens_k: torch.Tensor  # [MAX_CASCADE_GROUPS + 1] int32
+    remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
     max_group_size: int  # an upper bound on any group's rows, at least 2
     kv_splits: int  # KV splits of the remainder pass (chosen by the backend for the longest remainder)
 
@@ -72,8 +83,7 @@ class CascadePlan:
     def saved_kv_tokens(self) -> int:
         """KV tokens a step of this plan does not read, against the plain path: each group's prefix once per
         member but one."""
-        prefix_lens = np.diff(self.group_cu_seqlens_k.numpy())
-        return int(self.prefix_lens.sum()) - int(prefix_lens.sum())
+        return int(self.prefix_lens.sum()) - int(self.prefix_cu_seqlens_k[-1])
 
 
 def decode_kv_reads(seqlens_k: torch.Tensor, plan: CascadePlan | None) -> tuple[int, int]:
@@ -108,9 +118,9 @@ def plan_cascade(
 ) -> CascadePlan | None:
     """The plan of a decode round whose steps' sequence lengths are `step_seqlens_k` ([steps, rows]), or None
     where no group pays. `kv_splits(longest_remainder)` is the backend's choice of KV splits."""
-    num_rows = block_tables.shape[0]
+    num_rows, width = block_tables.shape
     candidates = [
-        (rows, shared * block_size)
+        (rows, shared)
         for rows, shared in prefix_groups(block_tables, step_seqlens_k[0], block_size)
         if cascade_pays(shared * block_size, len(rows), mode)
     ]
@@ -118,46 +128,55 @@ def plan_cascade(
         return None
     candidates.sort(key=lambda group: group[1] * (len(group[0]) - 1), reverse=True)
     groups = candidates[:MAX_CASCADE_GROUPS]
-    prefix_lens = np.zeros(num_rows, dtype=np.int32)
-    group_rows = np.zeros(MAX_CASCADE_GROUPS, dtype=np.int64)
-    cu_q = np.zeros(MAX_CASCADE_GROUPS + 1, dtype=np.int32)
-    cu_k = np.zeros(MAX_CASCADE_GROUPS + 1, dtype=np.int32)
-    ordered = []
-    for index, (rows, prefix_len) in enumerate(groups):
-        prefix_lens[rows] = prefix_len
-        group_rows[index] = rows[0]
-        ordered.extend(rows)
-        cu_q[index + 1] = len(ordered)
-        cu_k[index + 1] = cu_k[index] + prefix_len
-    cu_q[len(groups) + 1 :], cu_k[len(groups) + 1 :] = cu_q[len(groups)], cu_k[len(groups)]
-    grouped = np.zeros(num_rows, dtype=bool)
-    grouped[ordered] = True
-    query_order = np.concatenate([np.array(ordered, dtype=np.int64), np.flatnonzero(~grouped)])
-    longest_remainder = int((step_seqlens_k - prefix_lens).max())
+    plan = empty_arrays(num_rows, width)
+    prefix_blocks = np.zeros(num_rows, dtype=np.int64)
+    slot, num_queries = 0, 0
+    for rows, shared in groups:
+        prefix_blocks[rows] = shared
+        bounds = [shared * chunk // PREFIX_CHUNKS for chunk in range(PREFIX_CHUNKS + 1)]
+        for chunk, (first, end) in enumerate(itertools.pairwise(bounds)):
+            if end == first:  # a prefix of fewer blocks than chunks
+                continue
+            queries = np.arange(num_queries, num_queries + len(rows))
+            plan["prefix_query_rows"][queries] = rows
+            plan["partial_rows"][rows, chunk] = queries
+            plan["has_partial"][rows, chunk] = True
+            plan["prefix_block_tables"][slot, : width - first] = block_tables[rows[0], first:]
+            num_queries += len(rows)
+            plan["prefix_cu_seqlens_q"][slot + 1 :] = num_queries
+            plan["prefix_cu_seqlens_k"][slot + 1 :] += (end - first) * block_size
+            slot += 1
+    plan["prefix_lens"] = (prefix_blocks * block_size).astype(np.int32)
+    # a row's remainder: its blocks after the prefix (the table's last column repeats past its end, unread)
+    columns = np.minimum(np.arange(width) + prefix_blocks[:, None], width - 1)
+    plan["remainder_block_tables"] = np.take_along_axis(block_tables, columns, axis=1).astype(np.int32)
+    longest_remainder = int((step_seqlens_k - plan["prefix_lens"]).max())
     return CascadePlan(
-        query_order=torch.from_numpy(query_order),
-        batch_order=torch.from_numpy(np.argsort(query_order)),
-        prefix_lens=torch.from_numpy(prefix_lens),
-        prefix_blocks=torch.from_numpy(prefix_lens.astype(np.int64) // block_size),
-        group_rows=torch.from_numpy(group_rows),
-        group_cu_seqlens_q=torch.from_numpy(cu_q),
-        group_cu_seqlens_k=torch.from_numpy(cu_k),
+        **{name: torch.from_numpy(array) for name, array in plan.items()},
         max_group_size=max(2, max(len(rows) for rows, _ in groups)),
         kv_splits=kv_splits(longest_remainder),
     )
 
 
-def empty_plan(num_rows: int, max_group_size: int, kv_splits: int) -> CascadePlan:
-    """A plan with no group (every row attends its whole KV as its remainder): what graph capture records a
+def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
+    """A plan's arrays with no group: every row attends its whole KV as its remainder."""
+    return {
+        "prefix_query_rows": np.zeros(num_rows * PREFIX_CHUNKS, dtype=np.int64),
+        "prefix_cu_seqlens_q": np.zeros(PREFIX_SLOTS + 1, dtype=np.int32),
+        "prefix_cu_seqlens_k": np.zeros(PREFIX_SLOTS + 1, dtype=np.int32),
+        "prefix_block_tables": np.zeros((PREFIX_SLOTS, width), dtype=np.int32),
+        "partial_rows": np.zeros((num_rows, PREFIX_CHUNKS), dtype=np.int64),
+        "has_partial": np.zeros((num_rows, PREFIX_CHUNKS), dtype=bool),
+        "prefix_lens": np.zeros(num_rows, dtype=np.int32),
+        "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
+    }
+
+
+def empty_plan(num_rows: int, width: int, max_group_size: int, kv_splits: int) -> CascadePlan:
+    """A plan with no group, over block tables of `width` columns (all zeros): what graph capture records a
     cascade step with, and the static buffers replays copy real plans into."""
     return CascadePlan(
-        query_order=torch.arange(num_rows),
-        batch_order=torch.arange(num_rows),
-        prefix_lens=torch.zeros(num_rows, dtype=torch.int32),
-        prefix_blocks=torch.zeros(num_rows, dtype=torch.int64),
-        group_rows=torch.zeros(MAX_CASCADE_GROUPS, dtype=torch.int64),
-        group_cu_seqlens_q=torch.zeros(MAX_CASCADE_GROUPS + 1, dtype=torch.int32),
-        group_cu_seqlens_k=torch.zeros(MAX_CASCADE_GROUPS + 1, dtype=torch.int32),
+        **{name: torch.from_numpy(array) for name, array in empty_arrays(num_rows, width).items()},
         max_group_size=max_group_size,
         kv_splits=kv_splits,
     )

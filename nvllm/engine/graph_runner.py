@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
 from nvllm.attention.backend import MIN_SIZE
-from nvllm.attention.cascade import CascadePlan
+from nvllm.attention.cascade import PREFIX_CHUNKS, CascadePlan
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
@@ -40,15 +40,9 @@ DECODE_STEP_INPUTS = (
     "block_tables",
 )  # copied per step
 # a cascade plan's tensors, copied once per round: its groups are inputs of the graph, not part of it
-CASCADE_INPUTS = (
-    "query_order",
-    "batch_order",
-    "prefix_lens",
-    "prefix_blocks",
-    "group_rows",
-    "group_cu_seqlens_q",
-    "group_cu_seqlens_k",
-)
+CASCADE_PER_SLOT = ("prefix_cu_seqlens_q", "prefix_cu_seqlens_k", "prefix_block_tables")
+CASCADE_PER_ROW = ("partial_rows", "has_partial", "prefix_lens", "remainder_block_tables")
+CASCADE_INPUTS = ("prefix_query_rows", *CASCADE_PER_SLOT, *CASCADE_PER_ROW)
 
 
 def uses_cuda_graphs(config: EngineConfig) -> bool:
@@ -173,12 +167,10 @@ class GraphRunner:
         if kind == "cascade":
             kind, rows = "decode", num_seqs
             static = self.static["cascade"]
-            per_row = ("query_order", "batch_order", "prefix_lens", "prefix_blocks")
             cascade = CascadePlan(
-                **{name: static[name][:rows] for name in per_row},
-                group_rows=static["group_rows"],
-                group_cu_seqlens_q=static["group_cu_seqlens_q"],
-                group_cu_seqlens_k=static["group_cu_seqlens_k"],
+                **{name: static[name] for name in CASCADE_PER_SLOT},
+                **{name: static[name][:rows] for name in CASCADE_PER_ROW},
+                prefix_query_rows=static["prefix_query_rows"][: rows * PREFIX_CHUNKS],
                 max_group_size=rows,
                 kv_splits=kv_splits,
             )

@@ -242,5 +242,9 @@ def dummy_step(
         logits_indices=torch.tensor(cu_seqlens[1:] - 1, dtype=torch.int64),
         is_prefill=is_prefill,
         longest_context=max(lengths),
-        cascade=empty_plan(num_seqs, num_seqs, kv_splits=0) if cascade and not is_prefill else None,
+        cascade=(
+            empty_plan(num_seqs, backend.block_table_width, num_seqs, kv_splits=0)
+            if cascade and not is_prefill
+            else None
+        ),
     )
