@@ -2,6 +2,7 @@
 run together; no request waits behind more than `max_bypass` later ones."""
 
 from nvllm import SamplingParams
+from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.prefix_grouping import PrefixGrouping
 from nvllm.engine.sequence import Sequence
 from tests.engine_utils import random_prompt, recorded_steps, tiny_llm
@@ -50,7 +51,7 @@ def test_interleaved_prefixes_are_admitted_group_by_group():
 
 
 def test_reordering_is_bounded():
-    grouping = PrefixGrouping(BLOCK, max_bypass=3)
+    grouping = PrefixGrouping(BlockManager(num_blocks=8, block_size=BLOCK), max_bypass=3)
     cold = random_prompt(2 * BLOCK, 5)
     leader, held = Sequence(cold + [1], PARAMS), Sequence(cold + [2], PARAMS)
     leader.computed_len = 0  # its prompt is still being computed: members of its group wait
@@ -66,7 +67,7 @@ def test_reordering_is_bounded():
 
 
 def test_members_of_a_running_group_go_first():
-    grouping = PrefixGrouping(BLOCK, max_bypass=3)
+    grouping = PrefixGrouping(BlockManager(num_blocks=8, block_size=BLOCK), max_bypass=3)
     shared = random_prompt(2 * BLOCK, 7)
     running = Sequence(shared + [1], PARAMS)
     running.computed_len = running.host_len  # its prompt is computed: the prefix is in the cache

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -41,6 +42,10 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.hash_to_block_id: dict[int, int] = {}
+        # `can_allocate` and then `allocate` look the same prefix up: the second takes the first's answer
+        # while no block's hash changed since (`_num_hash_changes` counts the changes)
+        self._num_hash_changes = 0
+        self._last_lookup: tuple[weakref.ref, int, int, list[int]] | None = None  # seq, host_len, changes, hits
         self.num_queried_tokens = 0  # prompt tokens looked up in the prefix cache
         self.num_hit_tokens = 0  # of those, tokens found there
 
@@ -65,26 +70,40 @@ class BlockManager:
         blocks = block_tables[rows, positions // self.block_size].astype(np.int64)
         return blocks * self.block_size + positions % self.block_size
 
-    def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
-        hashes, parent = [], 0
-        for i in range(num_blocks):
-            parent = chain_hash(parent, seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            hashes.append(parent)
-        return hashes
+    def block_hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        """The chained hashes of the sequence's first `num_blocks` blocks (full ones), each computed once:
+        they are kept in `seq.block_hashes`, valid for good since a sequence's tokens are only appended to."""
+        hashes = seq.block_hashes
+        if len(hashes) < num_blocks:
+            size, start = self.block_size, len(hashes)
+            # one conversion of the new blocks' tokens, not one per block
+            tokens = np.asarray(seq.token_ids[start * size : num_blocks * size], dtype=np.int64)
+            parent = hashes[-1] if hashes else 0
+            for offset in range(0, len(tokens), size):
+                parent = chain_hash(parent, tokens[offset : offset + size])
+                hashes.append(parent)
+        return hashes[:num_blocks]
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:
-        """Block ids holding this sequence's leading full blocks. At least one token is always left to
-        compute, since the step that computes it is the one that yields the next token's logits."""
+        """Block ids holding this sequence's leading full blocks (a list not to be changed). At least one
+        token is always left to compute, since the step that computes it is the one that yields the next
+        token's logits."""
         if not self.enable_prefix_caching:
             return []
+        last = self._last_lookup
+        if last is not None and last[0]() is seq and last[1:3] == (seq.host_len, self._num_hash_changes):
+            return last[3]
         hits = []
         num_full_blocks = (seq.host_len - 1) // self.block_size
-        for i, block_hash in enumerate(self._block_hashes(seq, num_full_blocks)):
+        for i, block_hash in enumerate(self.block_hashes(seq, num_full_blocks)):
             block_id = self.hash_to_block_id.get(block_hash)
+            if block_id is None:
+                break
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            if block_id is None or self.blocks[block_id].token_ids != tokens:
+            if self.blocks[block_id].token_ids != tokens:  # a hash collision
                 break
             hits.append(block_id)
+        self._last_lookup = (weakref.ref(seq), seq.host_len, self._num_hash_changes, hits)
         return hits
 
     def can_allocate(self, seq: Sequence) -> bool:
@@ -129,6 +148,7 @@ class BlockManager:
         own = child.block_table
         child.block_table = shared + own
         child.num_registered_blocks = num_full  # the parent publishes them
+        child.block_hashes = parent.block_hashes[:num_full]  # of the same prompt tokens
         return (parent.block_table[num_full], own[0]) if own else None
 
     def num_new_blocks(self, seq: Sequence, num_steps: int = 1) -> int:
@@ -151,8 +171,10 @@ class BlockManager:
         while len(seq.block_table) < num_blocks:
             block_id, _ = self.free_block_ids.popitem(last=False)  # least recently freed first
             block = self.blocks[block_id]
-            if block.hash is not None and self.hash_to_block_id.get(block.hash) == block_id:
-                del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten
+            if block.hash is not None:
+                self._num_hash_changes += 1
+                if self.hash_to_block_id.get(block.hash) == block_id:
+                    del self.hash_to_block_id[block.hash]  # its old contents are about to be overwritten
             block.hash, block.token_ids, block.ref_count = None, (), 1
             seq.block_table.append(block_id)
 
@@ -161,14 +183,16 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         num_full = seq.computed_len // self.block_size
+        if num_full <= seq.num_registered_blocks:
+            return
+        hashes = self.block_hashes(seq, num_full)
+        self._num_hash_changes += 1
         for i in range(seq.num_registered_blocks, num_full):
-            parent = self.blocks[seq.block_table[i - 1]].hash if i else 0
             block = self.blocks[seq.block_table[i]]
-            tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
-            block.hash = chain_hash(parent, tokens)
-            block.token_ids = tuple(tokens)
+            block.hash = hashes[i]
+            block.token_ids = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             self.hash_to_block_id.setdefault(block.hash, block.block_id)
-        seq.num_registered_blocks = max(seq.num_registered_blocks, num_full)
+        seq.num_registered_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
         # The tail is released first, so it is reused first and shared prefixes live longest.

@@ -19,25 +19,23 @@ from __future__ import annotations
 import bisect
 import weakref
 
-from nvllm.engine.block_manager import chain_hash
+from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.sequence import Sequence
 
 
 class PrefixGrouping:
-    def __init__(self, block_size: int, max_bypass: int):
-        self.block_size = block_size
+    def __init__(self, block_manager: BlockManager, max_bypass: int):
+        self.block_manager = block_manager
         self.max_bypass = max_bypass
         # weak: what is known of a sequence goes with it
-        self._keys: weakref.WeakKeyDictionary[Sequence, int | None] = weakref.WeakKeyDictionary()
         self._bypassed: weakref.WeakKeyDictionary[Sequence, int] = weakref.WeakKeyDictionary()
 
     def key(self, seq: Sequence) -> int | None:
         """The chained hash of the sequence's first block, when its prompt fills one (and one more token,
         which the prefix cache always leaves to compute)."""
-        if seq not in self._keys:
-            full = seq.host_len > self.block_size
-            self._keys[seq] = chain_hash(0, seq.token_ids[: self.block_size]) if full else None
-        return self._keys[seq]
+        if seq.num_prompt_tokens <= self.block_manager.block_size:
+            return None
+        return self.block_manager.block_hashes(seq, 1)[0]
 
     def admission_order(self, waiting: list[Sequence], running: list[Sequence]) -> list[Sequence]:
         """The waiting sequences (in the scheduler's order) in the order to admit them this step, less those

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from nvllm.config import EngineConfig
 from nvllm.engine.block_manager import BlockManager
 from nvllm.sampling_params import SamplingParams, is_integer
@@ -65,7 +67,18 @@ def token_ids_of(prompt: Any, tokenizer) -> list[int]:
     if not is_sized_sequence or isinstance(prompt, (bytes, bytearray)) or num_dims != 1:
         kind = type(prompt).__name__ + (f" with {num_dims} dimensions" if num_dims != 1 else "")
         raise ValueError(f"a prompt must be a string or a list of token ids, got {kind}")
-    return [int(t) if is_integer(t) else t for t in prompt]
+    if isinstance(prompt, np.ndarray) and prompt.dtype.kind in "iu":
+        return prompt.tolist()  # Python ints, in one pass
+    token_ids = list(prompt)
+    if _all_python_ints(token_ids):
+        return token_ids
+    return [int(t) if is_integer(t) else t for t in token_ids]
+
+
+def _all_python_ints(values: list) -> bool:
+    """Whether every value is a Python int (not a bool, nor a NumPy integer): one pass in C, where
+    `is_integer` on each of a long prompt's tokens would cost more than the rest of its admission."""
+    return set(map(type, values)) == {int}
 
 
 def check_request(
@@ -77,12 +90,12 @@ def check_request(
     params.validate()  # again: its fields may have been set after it was built
     if not token_ids:
         raise ValueError("empty prompt: a request needs at least one token")
-    not_integers = [t for t in token_ids if not is_integer(t)]
+    not_integers = [] if _all_python_ints(token_ids) else [t for t in token_ids if not is_integer(t)]
     if not_integers:
         raise ValueError(f"token ids must be integers, got {not_integers[:5]}")
     vocab_size = config.model.vocab_size
-    outside = [t for t in token_ids if not 0 <= t < vocab_size]
-    if outside:
+    if min(token_ids) < 0 or max(token_ids) >= vocab_size:
+        outside = [t for t in token_ids if not 0 <= t < vocab_size]
         raise ValueError(f"token id(s) {outside[:5]} outside the vocabulary [0, {vocab_size})")
     bad_stops = [t for t in params.stop_token_ids or [] if not t < vocab_size]
     if bad_stops:

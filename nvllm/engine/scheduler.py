@@ -75,7 +75,7 @@ class Scheduler:
         self.num_generated_tokens = 0  # sampled tokens kept (those sampled after a stop are not)
         self.prefix_grouping = None
         if config.group_prefixes:
-            self.prefix_grouping = PrefixGrouping(block_manager.block_size, max_bypass=config.max_num_seqs)
+            self.prefix_grouping = PrefixGrouping(block_manager, max_bypass=config.max_num_seqs)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.add(seq)

@@ -36,6 +36,7 @@ class Sequence:
         self.num_in_flight_tokens = 0  # sampled by launched decode rounds, not yet read back
         self.block_table: list[int] = []
         self.num_registered_blocks = 0  # leading blocks already published to the prefix cache
+        self.block_hashes: list[int] = []  # chained hashes of its leading full blocks, as far as known
         self.token_row: int | None = None  # its row of the device's token table while running
         self.sampling_params = sampling_params
         self.generator: torch.Generator | None = None
