@@ -102,6 +102,53 @@ def test_registered_blocks_carry_the_chained_hash_of_their_prefix():
     assert {manager.hash_to_block_id[h] for h in hashes[:2]} == set(seq.block_table[:2])
 
 
+def test_block_hashes_kept_on_a_growing_sequence_and_its_fork_are_its_chain():
+    manager = BlockManager(num_blocks=16, block_size=BLOCK_SIZE)
+    seq = make_seq([7, 1, 7, 2, 7, 3])
+    assert manager.block_hashes(seq, 1) == hand_chain(seq.token_ids)[:1]
+    seq.token_ids.extend([8, 8, 9, 9, 9])  # blocks 1 and 2 fill after block 0 was hashed
+    assert manager.block_hashes(seq, 2) == hand_chain(seq.token_ids)[:2]
+    seq.token_ids.append(10)
+    assert manager.block_hashes(seq, 3) == hand_chain(seq.token_ids)
+    assert manager.block_hashes(seq, 1) == hand_chain(seq.token_ids)[:1]
+
+    parent = make_seq([5, 6, 7, 8, 1, 2, 3, 4, 9, 9])  # two full prompt blocks and a partial one
+    fork = make_seq(parent.token_ids)
+    parent.forks = [fork]
+    manager.allocate(parent)
+    compute(manager, parent, 4)  # block 0 published: the parent's chain known that far only
+    compute(manager, parent)
+    manager.fork(parent, fork)
+    parent.token_ids.extend([1, 5])
+    fork.token_ids.extend([2, 3])  # the fork's third block differs from its parent's
+    assert manager.block_hashes(fork, 3) == hand_chain(fork.token_ids)
+    assert manager.block_hashes(parent, 3) == hand_chain(parent.token_ids)
+
+
+def test_allocate_sees_blocks_published_or_reused_after_can_allocate():
+    manager = BlockManager(num_blocks=8, block_size=BLOCK_SIZE)
+    prompt = list(range(600, 608))
+    first, holder = make_seq(prompt + [1]), make_seq([1, 2])
+    manager.allocate(first)
+    manager.allocate(holder)
+    waiting = make_seq(prompt + [0])
+    assert manager.can_allocate(waiting)  # nothing cached yet
+    compute(manager, first)  # publishes the two blocks `waiting` starts with
+    manager.allocate(waiting)
+    assert waiting.block_table[:2] == first.block_table[:2] and waiting.cached_len == 8
+    manager.free(waiting)
+    manager.free(first)
+
+    again = make_seq(prompt + [2])
+    assert manager.can_allocate(again)  # would hit both blocks
+    holder.token_ids.extend(range(30))  # grows into every free block, the cached ones too
+    manager.append_slots(holder)
+    assert manager.num_free_blocks == 0
+    manager.free(holder)
+    manager.allocate(again)
+    assert again.cached_len == 0
+
+
 def test_same_block_under_a_different_prefix_is_a_different_block():
     manager = BlockManager(num_blocks=16, block_size=BLOCK_SIZE)
     first = make_seq([1, 2, 3, 4, 9, 9, 9, 9, 0])
