@@ -14,7 +14,7 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return -(-num_tokens // block_size)
 
 
-def chain_hash(parent_hash: int, token_ids: list[int]) -> int:
+def chain_hash(parent_hash: int, token_ids: list[int] | np.ndarray) -> int:
     """xxhash64 of a full block, chained over its parent so equal blocks under different prefixes differ."""
     hasher = xxhash.xxh64(parent_hash.to_bytes(8, "little"))
     hasher.update(np.asarray(token_ids, dtype=np.int64).tobytes())
@@ -42,10 +42,10 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_block_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.hash_to_block_id: dict[int, int] = {}
-        # `can_allocate` and then `allocate` look the same prefix up: the second takes the first's answer
-        # while no block's hash changed since (`_num_hash_changes` counts the changes)
+        # `can_allocate` and then `allocate` look the same prefix up: the second takes the first's hits
+        # (sequence, its length, `_num_hash_changes` then, hits) while no block was published or reused
         self._num_hash_changes = 0
-        self._last_lookup: tuple[weakref.ref, int, int, list[int]] | None = None  # seq, host_len, changes, hits
+        self._last_lookup: tuple[weakref.ref, int, int, list[int]] | None = None
         self.num_queried_tokens = 0  # prompt tokens looked up in the prefix cache
         self.num_hit_tokens = 0  # of those, tokens found there
 
@@ -76,6 +76,7 @@ class BlockManager:
         hashes = seq.block_hashes
         if len(hashes) < num_blocks:
             size, start = self.block_size, len(hashes)
+            assert seq.host_len >= num_blocks * size, "only full blocks have a hash"
             # one conversion of the new blocks' tokens, not one per block
             tokens = np.asarray(seq.token_ids[start * size : num_blocks * size], dtype=np.int64)
             parent = hashes[-1] if hashes else 0
