@@ -163,7 +163,6 @@ def test_prefix_groups_count_full_blocks_before_the_newest_token_only():
 def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_number(monkeypatch):
     monkeypatch.setattr(cascade, "MAX_CASCADE_GROUPS", 2)
     monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 2)
-    monkeypatch.setattr(cascade, "PREFIX_SLOTS", 4)
     # three groups of two: prefixes of 1, 3 and 2 blocks; the two that save most are served
     tables = np.array([[1, 2, 3, 9], [1, 2, 3, 8], [4, 9, 0, 0], [4, 8, 0, 0], [5, 6, 7, 1], [5, 6, 2, 3]])
     seqlens = np.array([[14, 14, 6, 6, 13, 9], [15, 15, 7, 7, 14, 10]])
@@ -185,11 +184,15 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
 
 def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):
     monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 4)
+    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 8)
     tables = np.array([[1, 2, 5], [1, 2, 6], [1, 2, 7]])
     plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
     assert plan.prefix_cu_seqlens_k[:4].tolist() == [0, 4, 8, 8]
     assert plan.prefix_cu_seqlens_q[:4].tolist() == [0, 3, 6, 6]
     assert plan.has_partial.tolist() == [[False, True, False, True]] * 3  # chunks 1 and 3: a block each
+    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 2)  # batches of more rows take their prefixes whole
+    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
+    assert plan.prefix_cu_seqlens_k.tolist()[:2] == [0, 8] and plan.has_partial.shape == (3, 1)
 
 
 def test_auto_serves_a_group_where_the_saved_reads_reach_the_threshold():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nvllm import SamplingParams
-from nvllm.attention import FlashAttnBackend, TorchBackend
+from nvllm.attention import FlashAttnBackend, TorchBackend, cascade
 from nvllm.engine import graph_runner
 from nvllm.engine.graph_runner import GraphRunner
 from tests.engine_utils import random_prompt, tiny_llm
@@ -92,7 +92,9 @@ class SplittingTorchBackend(TorchBackend):
     decode_kv_splits = FlashAttnBackend.decode_kv_splits
 
 
-def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host):
+def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatch):
+    # batches of 2 and 4 rows cut prefixes into chunks, of 8 not: graphs of both shapes, one set of buffers
+    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 4)
     prefix = random_prompt(13, 950)
     prompts = [prefix + random_prompt(2 + i, 960 + i) for i in range(5)] + [random_prompt(6, 970)]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -26,19 +26,33 @@ from nvllm.transfer import to_device
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
 # static bound: flash-attn's prefix pass launches thread blocks for every group slot, empty or not.
 MAX_CASCADE_GROUPS = 16
-# Chunks a group's prefix is cut into for the prefix pass, each attended by thread blocks of its own:
-# flash-attn's varlen kernel reads a sequence's keys in one thread block per 64 queries and head, one tile
-# after another, and a prefix in one piece would take as long as that loop over all of it.
+# Chunks a group's prefix is cut into for the prefix pass in batches of up to CHUNKED_MAX_ROWS rows, each
+# chunk attended by thread blocks of its own: flash-attn's varlen kernel reads a sequence's keys in one
+# thread block per 64 queries and head, one tile after another, so a small group's prefix in one piece
+# takes as long as that loop over all of it. Larger batches have thread blocks enough, and every chunk
+# costs its copy of the queries and one more part to merge (measured: experiments/results/).
 PREFIX_CHUNKS = 4
-PREFIX_SLOTS = MAX_CASCADE_GROUPS * PREFIX_CHUNKS
+CHUNKED_MAX_ROWS = 64
+
+
+def prefix_chunks(num_rows: int) -> int:
+    """Chunks per group's prefix in a decode batch of `num_rows` (padded) rows."""
+    return PREFIX_CHUNKS if num_rows <= CHUNKED_MAX_ROWS else 1
+
+
+def prefix_slots(num_rows: int) -> int:
+    """Slots of the prefix pass: a chunk of every group."""
+    return MAX_CASCADE_GROUPS * prefix_chunks(num_rows)
+
 
 # `attention.cascade=auto` serves a group by cascade when the prefix reads it saves per step,
 # prefix_len * (group_size - 1) tokens of KV, reach this many: below it, the extra kernels of a cascade step
 # (the prefix pass, the gathers and the merge, per layer) cost more than reading the prefix per sequence.
-# An estimate for the Qwen3-0.6B shape (8 KV heads of 128) on the H200, to be set from
-# `python -m experiments.cascade_crossover`, which measures decode steps both ways over a grid of prefix
-# lengths and group sizes.
-CASCADE_MIN_SAVED_TOKENS = 8192
+# Measured for the Qwen3-0.6B shape (8 KV heads of 128) on the H200 by `python -m
+# experiments.cascade_crossover`, which times decode steps both ways over a grid of prefix lengths and group
+# sizes (experiments/results/2026-12-01-h200-session7.md): every cell that saved this many tokens or more
+# was faster by cascade.
+CASCADE_MIN_SAVED_TOKENS = 32512
 
 
 def cascade_pays(prefix_len: int, group_size: int, mode: str) -> bool:
@@ -52,20 +66,21 @@ def cascade_pays(prefix_len: int, group_size: int, mode: str) -> bool:
 @dataclass
 class CascadePlan:
     """One decode round's prefix groups. Rows are the batch's (padded) rows. The prefix pass is one varlen
-    attention over `PREFIX_SLOTS` slots: each group's prefix is cut into up to `PREFIX_CHUNKS` chunks of whole
-    blocks, and each chunk is a slot that attends the group's queries to that chunk alone (so that the
-    prefix is read by several thread blocks at once, not by one after another). Slot s holds the queries
+    attention over `prefix_slots(rows)` slots: each group's prefix is cut into up to `prefix_chunks(rows)`
+    chunks of whole blocks, and each chunk is a slot that attends the group's queries to that chunk alone
+    (the prefix then is read by several thread blocks at once, not by one after another). Slot s holds the
+    queries
     `prefix_query_rows[prefix_cu_seqlens_q[s]:prefix_cu_seqlens_q[s + 1]]` and the keys of the first
     `prefix_cu_seqlens_k[s + 1] - prefix_cu_seqlens_k[s]` tokens of `prefix_block_tables[s]`; the unused
     slots are empty. A row's partial results are merged with its remainder's (the blocks after its
     prefix) by their log-sum-exps."""
 
-    prefix_query_rows: torch.Tensor  # [rows * PREFIX_CHUNKS] int64: the batch row of each prefix-pass query
-    prefix_cu_seqlens_q: torch.Tensor  # [PREFIX_SLOTS + 1] int32
-    prefix_cu_seqlens_k: torch.Tensor  # [PREFIX_SLOTS + 1] int32
-    prefix_block_tables: torch.Tensor  # [PREFIX_SLOTS, width] int32: each slot's blocks from its first
-    partial_rows: torch.Tensor  # [rows, PREFIX_CHUNKS] int64: the prefix-pass query of each row's chunk
-    has_partial: torch.Tensor  # [rows, PREFIX_CHUNKS] bool: whether the row has that chunk
+    prefix_query_rows: torch.Tensor  # [rows * chunks] int64: the batch row of each prefix-pass query
+    prefix_cu_seqlens_q: torch.Tensor  # [slots + 1] int32
+    prefix_cu_seqlens_k: torch.Tensor  # [slots + 1] int32
+    prefix_block_tables: torch.Tensor  # [slots, width] int32: each slot's blocks from its first
+    partial_rows: torch.Tensor  # [rows, chunks] int64: the prefix-pass query of each row's chunk
+    has_partial: torch.Tensor  # [rows, chunks] bool: whether the row has that chunk
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
     remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
     max_group_size: int  # an upper bound on any group's rows, at least 2
@@ -129,11 +144,12 @@ def plan_cascade(
     candidates.sort(key=lambda group: group[1] * (len(group[0]) - 1), reverse=True)
     groups = candidates[:MAX_CASCADE_GROUPS]
     plan = empty_arrays(num_rows, width)
+    chunks = prefix_chunks(num_rows)
     prefix_blocks = np.zeros(num_rows, dtype=np.int64)
     slot, num_queries = 0, 0
     for rows, shared in groups:
         prefix_blocks[rows] = shared
-        bounds = [shared * chunk // PREFIX_CHUNKS for chunk in range(PREFIX_CHUNKS + 1)]
+        bounds = [shared * chunk // chunks for chunk in range(chunks + 1)]
         for chunk, (first, end) in enumerate(itertools.pairwise(bounds)):
             if end == first:  # a prefix of fewer blocks than chunks
                 continue
@@ -160,13 +176,14 @@ def plan_cascade(
 
 def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
     """A plan's arrays with no group: every row attends its whole KV as its remainder."""
+    chunks, slots = prefix_chunks(num_rows), prefix_slots(num_rows)
     return {
-        "prefix_query_rows": np.zeros(num_rows * PREFIX_CHUNKS, dtype=np.int64),
-        "prefix_cu_seqlens_q": np.zeros(PREFIX_SLOTS + 1, dtype=np.int32),
-        "prefix_cu_seqlens_k": np.zeros(PREFIX_SLOTS + 1, dtype=np.int32),
-        "prefix_block_tables": np.zeros((PREFIX_SLOTS, width), dtype=np.int32),
-        "partial_rows": np.zeros((num_rows, PREFIX_CHUNKS), dtype=np.int64),
-        "has_partial": np.zeros((num_rows, PREFIX_CHUNKS), dtype=bool),
+        "prefix_query_rows": np.zeros(num_rows * chunks, dtype=np.int64),
+        "prefix_cu_seqlens_q": np.zeros(slots + 1, dtype=np.int32),
+        "prefix_cu_seqlens_k": np.zeros(slots + 1, dtype=np.int32),
+        "prefix_block_tables": np.zeros((slots, width), dtype=np.int32),
+        "partial_rows": np.zeros((num_rows, chunks), dtype=np.int64),
+        "has_partial": np.zeros((num_rows, chunks), dtype=bool),
         "prefix_lens": np.zeros(num_rows, dtype=np.int32),
         "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
     }

@@ -7,6 +7,7 @@ cost more host time per step than a small decode step takes on the GPU
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
 from nvllm.attention.backend import MIN_SIZE
-from nvllm.attention.cascade import PREFIX_CHUNKS, CascadePlan
+from nvllm.attention.cascade import CascadePlan, empty_plan
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
@@ -40,9 +41,16 @@ DECODE_STEP_INPUTS = (
     "block_tables",
 )  # copied per step
 # a cascade plan's tensors, copied once per round: its groups are inputs of the graph, not part of it
-CASCADE_PER_SLOT = ("prefix_cu_seqlens_q", "prefix_cu_seqlens_k", "prefix_block_tables")
-CASCADE_PER_ROW = ("partial_rows", "has_partial", "prefix_lens", "remainder_block_tables")
-CASCADE_INPUTS = ("prefix_query_rows", *CASCADE_PER_SLOT, *CASCADE_PER_ROW)
+CASCADE_INPUTS = (
+    "prefix_query_rows",
+    "prefix_cu_seqlens_q",
+    "prefix_cu_seqlens_k",
+    "prefix_block_tables",
+    "partial_rows",
+    "has_partial",
+    "prefix_lens",
+    "remainder_block_tables",
+)
 
 
 def uses_cuda_graphs(config: EngineConfig) -> bool:
@@ -85,6 +93,19 @@ def record(forward: Callable, args: tuple, pool, warm_up: bool) -> tuple[torch.c
     return graph, output
 
 
+def leading(buffer: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The view of a static buffer that a graph of `like`'s shape takes: its leading part in every axis."""
+    return buffer[tuple(slice(0, size) for size in like.shape)]
+
+
+def enclosing(plans: list[CascadePlan], name: str, device) -> torch.Tensor:
+    """A zero buffer for the plans' tensor `name` that holds each of them in its leading part (the number of
+    prefix chunks, and so the shapes, depend on the batch size)."""
+    tensors = [getattr(plan, name) for plan in plans]
+    shape = [max(sizes) for sizes in zip(*(tensor.shape for tensor in tensors), strict=True)]
+    return torch.zeros(shape, dtype=tensors[0].dtype, device=device)
+
+
 def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:
     """Graphs of one class launch the same kernels, so only the first of them needs a run outside the
     capture (a capture cannot wait for the device, as a kernel's first launch may: Triton compiles it and
@@ -123,8 +144,8 @@ class GraphRunner:
         # (a prefix) and MAX_CASCADE_GROUPS, so one graph per size serves every plan.
         cascade = backend.cascade != "off" and bool(decode_sizes)
         if cascade:
-            plan = dummy_step(backend, decode_sizes[-1], decode_sizes[-1], cascade=True).cascade.to(device)
-            self.static["cascade"] = {name: getattr(plan, name) for name in CASCADE_INPUTS}
+            plans = [empty_plan(size, backend.block_table_width, size, 0) for size in decode_sizes]
+            self.static["cascade"] = {name: enclosing(plans, name, device) for name in CASCADE_INPUTS}
         if buckets:
             prefill = self._static_buffers(dummy_step(backend, buckets[-1], PREFILL_GRAPH_SEQS))
             for name in ("cu_seqlens_q", "seqlens_k", "logits_indices"):
@@ -167,12 +188,10 @@ class GraphRunner:
         if kind == "cascade":
             kind, rows = "decode", num_seqs
             static = self.static["cascade"]
-            cascade = CascadePlan(
-                **{name: static[name] for name in CASCADE_PER_SLOT},
-                **{name: static[name][:rows] for name in CASCADE_PER_ROW},
-                prefix_query_rows=static["prefix_query_rows"][: rows * PREFIX_CHUNKS],
-                max_group_size=rows,
-                kv_splits=kv_splits,
+            # a plan of this size's shapes (its number of chunks), its tensors views of the static buffers
+            shaped = empty_plan(rows, self.backend.block_table_width, rows, kv_splits)
+            cascade = dataclasses.replace(
+                shaped, **{name: leading(static[name], getattr(shaped, name)) for name in CASCADE_INPUTS}
             )
         static = self.static[kind]
         meta = AttentionMetadata(
@@ -222,7 +241,7 @@ class GraphRunner:
                 sources += [("cascade", name, getattr(inputs.cascade, name)) for name in CASCADE_INPUTS]
             for kind, name, source in sources:
                 if source is not self._copied.get(name):  # a round's steps share one block table: copied once
-                    self.static[kind][name][: source.shape[0]].copy_(source, non_blocking=True)
+                    leading(self.static[kind][name], source).copy_(source, non_blocking=True)
                     self._copied[name] = source  # held, so that its id cannot pass to a new tensor
         self.graphs[key].replay()
         return self.logits[key][: inputs.num_logits]
