@@ -41,10 +41,8 @@ def summary(trace_path: Path, top: int) -> str:
     ]
     ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))
     for name, durations in ranked[:top]:
-        total = sum(durations)
-        lines.append(
-            f"{len(durations):>7} {total / 1e3:>9.2f} {total / len(durations):>8.1f} {total / busy_us:>6.1%}  {name}"
-        )
+        total, count = sum(durations), len(durations)
+        lines.append(f"{count:>7} {total / 1e3:>9.2f} {total / count:>8.1f} {total / busy_us:>6.1%}  {name}")
     return "\n".join(lines)
 
 

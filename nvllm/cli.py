@@ -54,7 +54,7 @@ def complete(args: list[str]) -> None:
     typing_command = len(words) == 1 and line.endswith(" ") or len(words) == 2 and not line.endswith(" ")
     if typing_command:
         prefix = words[1] if len(words) == 2 else ""
-        print("\n".join(name for name in COMMANDS if name.startswith(prefix)))  # bash, zsh and fish read lines
+        print("\n".join(name for name in COMMANDS if name.startswith(prefix)))  # what shells read: lines
     elif len(words) >= 2 and words[1] == "run":
         os.environ["COMP_LINE"] = line.replace(" run", "", 1)
         run(args)

@@ -5,6 +5,7 @@ run the real graphs)."""
 
 import pytest
 import torch
+import torch._dynamo.utils
 
 from nvllm import SamplingParams
 from nvllm.attention import FlashAttnBackend, TorchBackend, cascade
@@ -116,3 +117,19 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatc
     assert len(graphs_on_the_host) == 12 and sum(graphs_on_the_host) == 4
     assert replays["cascade", 8, 1], replays  # the six, padded to 8, with their prefix group
     assert prefix_lens == [0] + [12] * 5
+
+
+def test_cascade_graphs_of_every_chunking_run_the_one_compiled_cascade_graph(graphs_on_the_host, monkeypatch):
+    """Graphs of batches whose plans cut prefixes into chunks and of batches whose plans do not take views of
+    one set of buffers: every view must look alike to dynamo (contiguous), or each kind compiles anew."""
+    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 4)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    settings = dict(kvcache_block_size=4, max_model_len=64, attention__cascade="on", compile__enabled=True)
+    with tiny_llm(**settings) as llm:
+        compiled = counters["stats"]["unique_graphs"]
+        runner = llm.model_runner
+        graphs = GraphRunner(runner.compiled_model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table)
+        assert {key[:2] for key in graphs.graphs} >= {("cascade", 4), ("cascade", 8)}
+        assert counters["stats"]["unique_graphs"] == compiled, "a graph's buffers made dynamo compile again"

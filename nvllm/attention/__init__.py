@@ -2,8 +2,9 @@
 from its kernels (the padding, the decode test, KV splits, block-table width, the block sizes it serves).
 The `torch.library` custom ops in `nvllm.ops` run underneath them."""
 
-from nvllm.attention.backend import AttentionBackend, AttentionMetadata, one_query_per_sequence, padded_size
+from nvllm.attention.backend import AttentionBackend, AttentionMetadata, one_query_per_sequence
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
+from nvllm.attention.padding import padded_size
 from nvllm.attention.torch_backend import TorchBackend
 
 BACKENDS: dict[str, type[AttentionBackend]] = {"flash_attn": FlashAttnBackend, "torch": TorchBackend}

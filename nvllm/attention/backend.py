@@ -9,19 +9,11 @@ import numpy as np
 import torch
 
 from nvllm.attention.cascade import CascadePlan, plan_cascade
+from nvllm.attention.padding import padded_size
 from nvllm.transfer import to_device
 
 if TYPE_CHECKING:
     from nvllm.engine.step_inputs import StepInputs
-
-# The padding rule: no size or bound the compiled model takes is ever below 2. Dynamo specialises a
-# dimension or int of 1 (a decode batch of one, one query per sequence), which would compile the model
-# again; padded, one graph serves prefill and decode of every size.
-MIN_SIZE = 2
-
-
-def padded_size(size: int) -> int:
-    return max(size, MIN_SIZE)
 
 
 def one_query_per_sequence(num_query_rows: int, num_seqs: int) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from nvllm.attention.padding import padded_size
 from nvllm.transfer import to_device
 
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
@@ -38,6 +39,12 @@ CHUNKED_MAX_ROWS = 64
 def prefix_chunks(num_rows: int) -> int:
     """Chunks per group's prefix in a decode batch of `num_rows` (padded) rows."""
     return PREFIX_CHUNKS if num_rows <= CHUNKED_MAX_ROWS else 1
+
+
+def partial_columns(num_rows: int) -> int:
+    """Columns of a plan's per-row chunk tables: one per chunk, padded by the padding rule (a column past
+    the chunks is an absent part)."""
+    return padded_size(prefix_chunks(num_rows))
 
 
 def prefix_slots(num_rows: int) -> int:
@@ -79,8 +86,8 @@ class CascadePlan:
     prefix_cu_seqlens_q: torch.Tensor  # [slots + 1] int32
     prefix_cu_seqlens_k: torch.Tensor  # [slots + 1] int32
     prefix_block_tables: torch.Tensor  # [slots, width] int32: each slot's blocks from its first
-    partial_rows: torch.Tensor  # [rows, chunks] int64: the prefix-pass query of each row's chunk
-    has_partial: torch.Tensor  # [rows, chunks] bool: whether the row has that chunk
+    partial_rows: torch.Tensor  # [rows, partial_columns] int64: the prefix-pass query of each row's chunk
+    has_partial: torch.Tensor  # [rows, partial_columns] bool: whether the row has that chunk
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
     remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
     max_group_size: int  # an upper bound on any group's rows, at least 2
@@ -182,8 +189,8 @@ def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
         "prefix_cu_seqlens_q": np.zeros(slots + 1, dtype=np.int32),
         "prefix_cu_seqlens_k": np.zeros(slots + 1, dtype=np.int32),
         "prefix_block_tables": np.zeros((slots, width), dtype=np.int32),
-        "partial_rows": np.zeros((num_rows, chunks), dtype=np.int64),
-        "has_partial": np.zeros((num_rows, chunks), dtype=bool),
+        "partial_rows": np.zeros((num_rows, partial_columns(num_rows)), dtype=np.int64),
+        "has_partial": np.zeros((num_rows, partial_columns(num_rows)), dtype=bool),
         "prefix_lens": np.zeros(num_rows, dtype=np.int32),
         "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
     }

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
-from nvllm.attention.backend import MIN_SIZE
 from nvllm.attention.cascade import CascadePlan, empty_plan
+from nvllm.attention.padding import MIN_SIZE
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
@@ -94,16 +94,16 @@ def record(forward: Callable, args: tuple, pool, warm_up: bool) -> tuple[torch.c
 
 
 def leading(buffer: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """The view of a static buffer that a graph of `like`'s shape takes: its leading part in every axis."""
-    return buffer[tuple(slice(0, size) for size in like.shape)]
+    """The view of a static buffer that a graph of `like`'s shape takes: its first elements, in that shape.
+    Contiguous whatever the shape (a strided view would be a graph of its own to dynamo)."""
+    return buffer.view(-1)[: like.numel()].view(like.shape)
 
 
 def enclosing(plans: list[CascadePlan], name: str, device) -> torch.Tensor:
-    """A zero buffer for the plans' tensor `name` that holds each of them in its leading part (the number of
-    prefix chunks, and so the shapes, depend on the batch size)."""
+    """A flat zero buffer for the plans' tensor `name` that holds any of them (the number of prefix chunks,
+    and so the shapes, depend on the batch size)."""
     tensors = [getattr(plan, name) for plan in plans]
-    shape = [max(sizes) for sizes in zip(*(tensor.shape for tensor in tensors), strict=True)]
-    return torch.zeros(shape, dtype=tensors[0].dtype, device=device)
+    return torch.zeros(max(tensor.numel() for tensor in tensors), dtype=tensors[0].dtype, device=device)
 
 
 def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from nvllm.attention import AttentionBackend, one_query_per_sequence, padded_size
-from nvllm.attention.backend import MIN_SIZE
 from nvllm.attention.cascade import CascadePlan, empty_plan
+from nvllm.attention.padding import MIN_SIZE
 from nvllm.engine.block_manager import BlockManager
 from nvllm.engine.scheduler import ScheduledBatch
 from nvllm.transfer import to_device
