@@ -9,8 +9,10 @@
     python -m experiments.startup model=qwen3-0.6b                 # the device it finds
     python -m experiments.startup model=qwen3-8b runs=3            # ranges over 3 rounds
     python -m experiments.startup model=tiny device=cpu max_num_seqs=8
+    python -m experiments.startup model=qwen3-0.6b portable=False   # cold, warm and next engine only
 
 `model=` is a preset (random weights) or a checkpoint directory; `runs=N` repeats every start N times;
+`portable=False` leaves out the starts from a portable cache file;
 every other `key=value` goes to `LLM(...)` (nano-vLLM's names or `group__key`). The engine compiles
 (`enforce_eager=False`) unless told otherwise. Prints one table: time from launching the process to the
 first token, and its parts (imports, building the engine: load / compile / capture, the first token).
@@ -137,6 +139,7 @@ def table(rows: dict[str, list[dict]]) -> str:
 def main(arguments: list[str]) -> None:
     overrides = {"model": "qwen3-0.6b", "enforce_eager": False, **parse_overrides(arguments)}
     runs = int(overrides.pop("runs", 1))
+    with_portable = bool(overrides.pop("portable", True))
     rows: dict[str, list[dict]] = {"cold": [], "warm": [], "portable cache": [], "next engine": []}
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="nvllm-startup-") as scratch:
@@ -146,14 +149,16 @@ def main(arguments: list[str]) -> None:
             rows["cold"].append(cold)
             rows["next engine"].append(cold["next"])
             rows["warm"].append(start(overrides, local))
-            start({**overrides, "compile__cache_artifacts": artifacts}, local)  # writes the file
-            rows["portable cache"].append(
-                start({**overrides, "compile__cache_artifacts": artifacts}, portable)
-            )
+            if with_portable:
+                start({**overrides, "compile__cache_artifacts": artifacts}, local)  # writes the file
+                rows["portable cache"].append(
+                    start({**overrides, "compile__cache_artifacts": artifacts}, portable)
+                )
     import torch  # only for the header: the children did the work
 
     device = overrides.get("device", "auto")
     print(f"\nstart-up of {overrides['model']} (torch {torch.__version__}, device={device}), {runs} run(s)")
+    rows = {name: runs_ for name, runs_ in rows.items() if runs_}
     print(table(rows))
     print(json.dumps({name: runs_ for name, runs_ in rows.items()}, indent=None))
 
