@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nvllm.tokenizer import Tokenizer
 
 
 def conversations_of(messages: Any) -> list[list[dict]]:
@@ -24,7 +27,9 @@ def conversations_of(messages: Any) -> list[list[dict]]:
     return [list(conversation) for conversation in messages]
 
 
-def chat_prompts(tokenizer, messages: Any, chat_template_kwargs: dict | None = None) -> list[list[int]]:
+def chat_prompts(
+    tokenizer: Tokenizer, messages: Any, chat_template_kwargs: dict | None = None
+) -> list[list[int]]:
     """The token ids of each conversation's prompt."""
     if tokenizer.chat_template is None:
         raise ValueError("chat needs a chat template, and this model's tokenizer has none")
@@ -33,7 +38,7 @@ def chat_prompts(tokenizer, messages: Any, chat_template_kwargs: dict | None = N
     prompts = []
     for conversation in conversations_of(messages):
         text = tokenizer.apply_chat_template(
-            conversation, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+            conversation, add_generation_prompt=True, **(chat_template_kwargs or {})
         )
         prompts.append(tokenizer.encode(text, add_special_tokens=False))
     return prompts

@@ -8,19 +8,25 @@ text equals `tokenizer.decode` of all the tokens (`finish` releases what is stil
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nvllm.tokenizer import Tokenizer
+
 REPLACEMENT_CHARACTER = "\ufffd"
 
 
-def decode(tokenizer, token_ids: list[int]) -> str:
-    """The one decoding rule of completions (the incremental one below agrees with it)."""
-    return tokenizer.decode(token_ids, clean_up_tokenization_spaces=False)
+def decode(tokenizer: Tokenizer, token_ids: list[int]) -> str:
+    """The one decoding rule of completions (the incremental one below agrees with it): special tokens
+    kept."""
+    return tokenizer.decode(token_ids)
 
 
 class IncrementalDetokenizer:
     """The text of `token_ids` as they are `add`ed, and the stop strings found in it. `text` is cut before the
     first stop string (after it with `include_stop`); `stop_reason` is then that string."""
 
-    def __init__(self, tokenizer, stop_strings: list[str] = (), include_stop: bool = False):
+    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str] = (), include_stop: bool = False):
         self.tokenizer = tokenizer
         self.token_ids: list[int] = []
         self.prefix_offset = 0  # decoding starts here: the window's first token

