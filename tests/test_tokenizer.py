@@ -39,7 +39,7 @@ CONVERSATIONS = [
     [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "<think>\nGreet back.\n</think>\n\nHello!"},
+        {"role": "assistant", "content": "<think>\nGreet back.\n</think>\n\nHello!", "tool_calls": None},
         {"role": "user", "content": "2+2? 日本語"},
     ],
     [
@@ -100,7 +100,7 @@ def test_builtin_is_the_tokenizer_transformers_converts(tok, hf_builtin):
 
 
 def assert_same_tokenizer(ours: tk.Tokenizer, hf, conversations, **chat_variables):
-    """encode, decode (special tokens kept and skipped), vocabulary, special tokens, chats: as transformers'."""
+    """Encoding, decoding (special tokens kept and skipped), special tokens and chats equal transformers'."""
     assert len(ours) == len(hf)
     assert ours.eos_token == hf.eos_token and ours.eos_token_id == hf.eos_token_id
     assert ours.pad_token_id == hf.pad_token_id and ours.bos_token == hf.bos_token
