@@ -81,8 +81,9 @@ def child(launched_at: float, overrides: dict, next_engine: bool) -> dict:
     return timings
 
 
-def start(overrides: dict, caches: Path, next_engine: bool = False) -> dict:
-    """One start in a fresh process whose inductor and Triton caches are under `caches`."""
+def start(overrides: dict, caches: Path, name: str, next_engine: bool = False) -> dict:
+    """One start in a fresh process whose inductor and Triton caches are under `caches`, reported as it
+    ends (a run cut short by a time limit still shows the starts it made)."""
     env = {
         **os.environ,
         "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
@@ -95,7 +96,9 @@ def start(overrides: dict, caches: Path, next_engine: bool = False) -> dict:
     result = subprocess.run(argv, env=env, stdout=subprocess.PIPE, text=True, check=False)
     if result.returncode:
         raise SystemExit(f"the start-up child failed (exit {result.returncode}); its stderr is above")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    timings = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"{name}: {timings['total_s']:.1f} s to the first token", flush=True)
+    return timings
 
 
 def spread(values: list[float]) -> str:
@@ -145,15 +148,14 @@ def main(arguments: list[str]) -> None:
         with tempfile.TemporaryDirectory(prefix="nvllm-startup-") as scratch:
             local, portable = Path(scratch, "local"), Path(scratch, "portable")
             artifacts = str(Path(scratch, "artifacts.bin"))
-            cold = start(overrides, local, next_engine=True)
+            cold = start(overrides, local, "cold", next_engine=True)
             rows["cold"].append(cold)
             rows["next engine"].append(cold["next"])
-            rows["warm"].append(start(overrides, local))
+            rows["warm"].append(start(overrides, local, "warm"))
             if with_portable:
-                start({**overrides, "compile__cache_artifacts": artifacts}, local)  # writes the file
-                rows["portable cache"].append(
-                    start({**overrides, "compile__cache_artifacts": artifacts}, portable)
-                )
+                with_artifacts = {**overrides, "compile__cache_artifacts": artifacts}
+                start(with_artifacts, local, "warm, writing the portable cache file")
+                rows["portable cache"].append(start(with_artifacts, portable, "portable cache"))
     import torch  # only for the header: the children did the work
 
     device = overrides.get("device", "auto")
