@@ -3,13 +3,14 @@ decides where reading a shared prefix once pays.
 
 Sequences admitted under one cached prefix hold the very same physical blocks at the start of their block
 tables. A cascade step attends all of a group's queries, as one non-causal query sequence, to the group's
-prefix (its KV read once instead of once per sequence), attends each query to its own remainder (the
-blocks after the prefix), and merges the two partial results by their softmax log-sum-exps
-(`nvllm.layers.attention`). The plan is made on the host once per decode round: the block tables are the
-round's, and the prefix blocks are full of computed KV before the round starts, so it holds for every step.
+prefix (its KV read once instead of once per sequence; in small batches, chunk by chunk), attends each query
+to its own remainder (the blocks after the prefix), and merges the partial results by their softmax
+log-sum-exps (`nvllm.layers.cascade_attention`). The plan is made on the host once per decode round: the
+block tables are the round's, and the prefix blocks are full of computed KV before the round starts, so it
+holds for every step.
 
-Tensors have static shapes for the CUDA graphs: one row per (padded) batch row and `MAX_CASCADE_GROUPS`
-groups, the unused ones empty.
+Tensors have static shapes for the CUDA graphs, set by the batch size: one row per (padded) batch row,
+`MAX_CASCADE_GROUPS` groups times the batch's chunks of slots, the unused ones empty.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MAX_CASCADE_GROUPS = 16
 # chunk attended by thread blocks of its own: flash-attn's varlen kernel reads a sequence's keys in one
 # thread block per 64 queries and head, one tile after another, so a small group's prefix in one piece
 # takes as long as that loop over all of it. Larger batches have thread blocks enough, and every chunk
-# costs its copy of the queries and one more part to merge (measured: experiments/results/).
+# costs its copy of the queries and one more part to merge (experiments/results/2026-12-01-h200-session7.md).
 PREFIX_CHUNKS = 4
 CHUNKED_MAX_ROWS = 64
 
@@ -75,11 +76,10 @@ class CascadePlan:
     """One decode round's prefix groups. Rows are the batch's (padded) rows. The prefix pass is one varlen
     attention over `prefix_slots(rows)` slots: each group's prefix is cut into up to `prefix_chunks(rows)`
     chunks of whole blocks, and each chunk is a slot that attends the group's queries to that chunk alone
-    (the prefix then is read by several thread blocks at once, not by one after another). Slot s holds the
-    queries
-    `prefix_query_rows[prefix_cu_seqlens_q[s]:prefix_cu_seqlens_q[s + 1]]` and the keys of the first
-    `prefix_cu_seqlens_k[s + 1] - prefix_cu_seqlens_k[s]` tokens of `prefix_block_tables[s]`; the unused
-    slots are empty. A row's partial results are merged with its remainder's (the blocks after its
+    (the prefix then is read by several thread blocks at once, not by one after another). Slot s holds
+    the queries `prefix_query_rows[prefix_cu_seqlens_q[s]:prefix_cu_seqlens_q[s + 1]]` and the keys of the
+    first `prefix_cu_seqlens_k[s + 1] - prefix_cu_seqlens_k[s]` tokens of `prefix_block_tables[s]`; the
+    unused slots are empty. A row's partial results are merged with its remainder's (the blocks after its
     prefix) by their log-sum-exps."""
 
     prefix_query_rows: torch.Tensor  # [rows * chunks] int64: the batch row of each prefix-pass query
