@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from experiments.engine import engine_metrics, report, timed_generate
 from experiments.job import job_run, prepare_job
-from experiments.profiling import measured_utilization, save_profile
+from experiments.profiling import measured_repeat, save_profile
 from experiments.repeats import measure_repeats
 
 
@@ -19,9 +19,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     with job_run(job) as run:
 
         def measure(repeat: int) -> dict:
-            if repeat == 0:
-                run.llm.profiler.reset()  # the warm-up is not what is profiled
-            with measured_utilization(run.llm) as utilization:
+            with measured_repeat(run.llm, repeat) as utilization:
                 metrics = timed_generate(run.llm, *run.requests(repeat))[1]
             return {**metrics, **utilization}
 

@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from experiments.engine import engine_metrics, measured, report
 from experiments.job import job_run, prepare_job
-from experiments.profiling import measured_utilization, save_profile
+from experiments.profiling import measured_repeat, save_profile
 from experiments.repeats import measure_repeats
 from nvllm import LLM
 from nvllm.engine.llm_engine import Prompt, tokens_per_second
@@ -60,9 +60,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
 
         def measure(repeat: int) -> dict:
             prompts, params = run.requests(repeat)
-            if repeat == 0:
-                run.llm.profiler.reset()  # the warm-up is not what is profiled
-            with measured(run.llm) as phases, measured_utilization(run.llm) as utilization:
+            with measured(run.llm) as phases, measured_repeat(run.llm, repeat) as utilization:
                 first_token_s, token_s, output_tokens = step_times(run.llm, prompts[0], params[0])
             for seconds in token_s:
                 run.wandb.log({"token_latency_ms": seconds * 1e3})

@@ -21,9 +21,12 @@ UTILIZATION_KEYS = ("prefill_s", "decode_s", "prefill_flops", "decode_flops", "p
 
 
 @contextmanager
-def measured_utilization(llm: LLM) -> Iterator[dict]:
-    """MFU and MBU of the prefill and decode work done inside the block (None without a known peak), into
-    the yielded dict when the block ends."""
+def measured_repeat(llm: LLM, repeat: int) -> Iterator[dict]:
+    """One measured repeat of a runner: the profiler starts afresh with the first (the warm-up before it is
+    not what is profiled), and MFU and MBU of the prefill and decode work done inside the block (None
+    without a known peak) go into the yielded dict when the block ends."""
+    if repeat == 0:
+        llm.profiler.reset()
     metrics: dict = {}
     before = llm.stats()
     yield metrics

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from experiments.engine import engine_metrics, report, timed_generate
 from experiments.job import job_run, prepare_job
-from experiments.profiling import measured_utilization, save_profile
+from experiments.profiling import measured_repeat, save_profile
 from experiments.repeats import measure_repeats
 from nvllm import LLM
 from nvllm.engine.model_runner import DTYPES
@@ -49,10 +49,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     with job_run(job) as run:
 
         def measure(repeat: int) -> dict:
-            if repeat == 0:
-                run.llm.profiler.reset()  # the warm-up is not what is profiled
             before = run.llm.stats()
-            with measured_utilization(run.llm) as utilization:
+            with measured_repeat(run.llm, repeat) as utilization:
                 metrics = timed_generate(run.llm, *run.requests(repeat))[1]
             return {**metrics, **utilization, **shared_prefix_metrics(run.llm, before, run.llm.stats())}
 
