@@ -162,7 +162,7 @@ def test_prefix_groups_count_full_blocks_before_the_newest_token_only():
 
 def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_number(monkeypatch):
     monkeypatch.setattr(cascade, "MAX_CASCADE_GROUPS", 2)
-    monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 2)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((8, 2),))
     # three groups of two: prefixes of 1, 3 and 2 blocks; the two that save most are served
     tables = np.array([[1, 2, 3, 9], [1, 2, 3, 8], [4, 9, 0, 0], [4, 8, 0, 0], [5, 6, 7, 1], [5, 6, 2, 3]])
     seqlens = np.array([[14, 14, 6, 6, 13, 9], [15, 15, 7, 7, 14, 10]])
@@ -188,17 +188,17 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
 
 
 def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):
-    monkeypatch.setattr(cascade, "PREFIX_CHUNKS", 4)
-    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 8)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((8, 4),))
     tables = np.array([[1, 2, 5], [1, 2, 6], [1, 2, 7]])
     plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
     assert plan.prefix_cu_seqlens_k[:4].tolist() == [0, 4, 8, 8]
     assert plan.prefix_cu_seqlens_q[:4].tolist() == [0, 3, 6, 6]
     assert plan.has_partial.tolist() == [[False, True, False, True]] * 3  # chunks 1 and 3: a block each
-    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 2)  # batches of more rows take their prefixes whole
+    # batches of more rows take their prefixes whole, in plans of as many columns (the rest absent parts)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((2, 4),))
     plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
     assert plan.prefix_cu_seqlens_k.tolist()[:2] == [0, 8]
-    assert plan.has_partial.tolist() == [[True, False]] * 3  # one chunk, and the padding rule's column
+    assert plan.has_partial.tolist() == [[True, False, False, False]] * 3
 
 
 def test_auto_serves_a_group_where_the_saved_reads_reach_the_threshold():
@@ -219,15 +219,14 @@ def test_merged_partials_are_attention_over_the_union():
 
     whole, _ = attend(keys, values)
     parts = [attend(keys[a:b], values[a:b]) for a, b in ((0, 4), (4, 7), (7, 10))]
-    outs = torch.stack([out for out, _ in parts], dim=1)
-    lses = torch.stack([lse for _, lse in parts], dim=1)
-    every = torch.ones(3, 3, dtype=torch.bool)
-    torch.testing.assert_close(merge_partials(outs, lses, every), whole)
+    every = torch.ones(3, dtype=torch.bool)
+    torch.testing.assert_close(merge_partials([(out, lse, every) for out, lse in parts]), whole)
     # a part a row lacks is ignored whatever it holds (NaN, inf here); a row with no part is zero
-    present = torch.tensor([[True, True, True], [False, True, True], [False, False, False]])
-    outs[1, 0], lses[1, 0] = float("nan"), float("nan")
-    outs[2], lses[2] = float("nan"), float("inf")
-    merged = merge_partials(outs, lses, present)
+    present = torch.tensor([[True, True, True], [False, True, True], [False, False, False]]).t()
+    for out, lse in parts:
+        out[2], lse[2] = float("nan"), float("inf")
+    parts[0][0][1], parts[0][1][1] = float("nan"), float("nan")
+    merged = merge_partials([(out, lse, rows) for (out, lse), rows in zip(parts, present)])
     torch.testing.assert_close(merged[0], whole[0])
     torch.testing.assert_close(merged[1], attend(keys[4:], values[4:])[0][1])
     assert merged[2].eq(0).all()

@@ -43,18 +43,28 @@ def mixed_batch() -> tuple[np.ndarray, np.ndarray]:
     return tables, seqlens
 
 
-def test_flash_cascade_matches_flash_plain_on_a_mixed_batch():
+# one mixed batch (flash-attn's remainder pass), and nine side by side with blocks of their own: more rows
+# than flash-attn serves the remainders of, and more groups than a plan serves
+@pytest.mark.parametrize("copies", [1, 9])
+def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     torch.manual_seed(0)
-    tables, seqlens = mixed_batch()
+    one_tables, one_seqlens = mixed_batch()
+    blocks_per_copy = 48
+    tables = np.concatenate([one_tables + blocks_per_copy * copy for copy in range(copies)])
+    seqlens = np.tile(one_seqlens, copies)
+    rows = len(seqlens)
     plan = plan_cascade(tables, seqlens[None], BLOCK, "on", kv_splits=lambda longest: 0)
     assert plan is not None
-    assert plan.prefix_lens.tolist() == [3 * BLOCK, BLOCK, 3 * BLOCK, 0, BLOCK, 3 * BLOCK, 0, 0]
-    k_cache = torch.randn(48, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    if copies == 1:
+        assert plan.prefix_lens.tolist() == [3 * BLOCK, BLOCK, 3 * BLOCK, 0, BLOCK, 3 * BLOCK, 0, 0]
+    k_cache = torch.randn(
+        blocks_per_copy * copies, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16
+    )
     v_cache = torch.randn_like(k_cache)
-    query = torch.randn(8, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    query = torch.randn(rows, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     meta = AttentionMetadata(
-        slot_mapping=torch.full((8,), -1, device="cuda"),
-        cu_seqlens_q=torch.arange(9, dtype=torch.int32, device="cuda"),
+        slot_mapping=torch.full((rows,), -1, device="cuda"),
+        cu_seqlens_q=torch.arange(rows + 1, dtype=torch.int32, device="cuda"),
         seqlens_k=torch.from_numpy(seqlens.astype(np.int32)).cuda(),
         block_tables=torch.from_numpy(tables).cuda(),
         max_seqlen_q=2,
@@ -77,23 +87,60 @@ def test_flash_cascade_matches_flash_plain_on_a_mixed_batch():
         by_cascade = cascade_attention(query, k_cache, v_cache, meta, scale, backend).float()
         # bf16 outputs (|x| < ~1 here): the merge rounds the two partial outputs once more
         torch.testing.assert_close(by_cascade, plain, atol=2e-2, rtol=2e-2)
-        assert by_cascade[7].eq(0).all()  # the padded row
+        assert by_cascade[7::8].eq(0).all()  # the padded rows
     compiled = torch.compile(cascade_attention, fullgraph=True)
     torch.testing.assert_close(
         compiled(query, k_cache, v_cache, meta, scale, "flash_attn").float(), plain, atol=2e-2, rtol=2e-2
     )
 
 
+@pytest.mark.parametrize("heads", [HEADS, 4 * KV_HEADS])  # Qwen3-0.6B's groups of 2 queries, Qwen3-8B's of 4
+def test_triton_decode_kernel_matches_flash_attn(heads):
+    from flash_attn import flash_attn_with_kvcache
+
+    from nvllm.ops.flash_attention import PAGED_DECODE_MIN_ROWS
+    from nvllm.ops.paged_decode_attention import paged_decode_attention
+
+    torch.manual_seed(0)
+    rows, width = PAGED_DECODE_MIN_ROWS + 8, 5
+    # no KV, within one 64-token tile, across tile and block edges, over several blocks
+    lengths = [0, 1, 63, 64, 65, 255, 256, 257, 1000, width * BLOCK]
+    seqlens = torch.tensor(lengths + torch.randint(1, width * BLOCK, (rows - len(lengths),)).tolist())
+    seqlens = seqlens.to(torch.int32).cuda()
+    tables = torch.randperm(rows * width).view(rows, width).to(torch.int32).cuda()
+    k_cache = torch.randn(rows * width, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    # the query as the model hands it over: heads split off a wider row
+    query = torch.randn(rows, heads + 2 * KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)[:, :heads]
+    scale = HEAD_DIM**-0.5
+    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale)
+    expected_out, expected_lse = flash_attn_with_kvcache(
+        query[:, None],
+        k_cache,
+        v_cache,
+        cache_seqlens=seqlens,
+        block_table=tables,
+        softmax_scale=scale,
+        causal=True,
+        return_softmax_lse=True,
+    )
+    attended = seqlens > 0
+    torch.testing.assert_close(out[attended], expected_out[attended, 0], atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse[attended], expected_lse[attended, :, 0], atol=1e-4, rtol=1e-4)
+    assert out[0].eq(0).all() and lse[0].eq(float("-inf")).all()
+
+
 def shared_prefix_prompts() -> list[list[int]]:
-    prefix = list(range(3000, 4100))  # four full blocks shared by 24 requests
-    shared = [prefix + list(range(7000 + 50 * i, 7000 + 50 * i + 5 + i)) for i in range(24)]
+    # four full blocks shared by 72 requests: batches of more rows than flash-attn serves the remainders of
+    prefix = list(range(3000, 4100))
+    shared = [prefix + list(range(7000 + 50 * i, 7000 + 50 * i + 5 + i % 40)) for i in range(72)]
     others = [list(range(9000 + 300 * i, 9000 + 300 * i + 40 + 37 * i)) for i in range(8)]
     return [prompt for pair in zip(shared[:8], others) for prompt in pair] + shared[8:]
 
 
 def test_shared_prefix_workload_by_cascade_in_cuda_graphs(checkpoint_06b, hf_fp32):  # noqa: F811
     prompts, greedy = shared_prefix_prompts(), SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
-    settings = dict(max_num_seqs=64, max_model_len=2048, gpu_memory_utilization=0.4)
+    settings = dict(max_num_seqs=96, max_model_len=2048, gpu_memory_utilization=0.4)
     with LLM(str(checkpoint_06b), attention__cascade="off", **settings) as plain_llm:
         plain = [o["token_ids"] for o in plain_llm.generate(prompts, greedy, use_tqdm=False)]
     counters = torch._dynamo.utils.counters

@@ -95,7 +95,7 @@ class SplittingTorchBackend(TorchBackend):
 
 def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatch):
     # batches of 2 and 4 rows cut prefixes into chunks, of 8 not: graphs of both shapes, one set of buffers
-    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 4)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((4, 4),))
     prefix = random_prompt(13, 950)
     prompts = [prefix + random_prompt(2 + i, 960 + i) for i in range(5)] + [random_prompt(6, 970)]
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -122,7 +122,7 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatc
 def test_cascade_graphs_of_every_chunking_run_the_one_compiled_cascade_graph(graphs_on_the_host, monkeypatch):
     """Graphs of batches whose plans cut prefixes into chunks and of batches whose plans do not take views of
     one set of buffers: every view must look alike to dynamo (contiguous), or each kind compiles anew."""
-    monkeypatch.setattr(cascade, "CHUNKED_MAX_ROWS", 4)
+    monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((4, 4),))
     torch._dynamo.reset()
     counters = torch._dynamo.utils.counters
     counters.clear()

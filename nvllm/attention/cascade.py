@@ -3,7 +3,7 @@ decides where reading a shared prefix once pays.
 
 Sequences admitted under one cached prefix hold the very same physical blocks at the start of their block
 tables. A cascade step attends all of a group's queries, as one non-causal query sequence, to the group's
-prefix (its KV read once instead of once per sequence; in small batches, chunk by chunk), attends each query
+prefix (its KV read once instead of once per sequence; in all but the largest batches, chunk by chunk), attends each query
 to its own remainder (the blocks after the prefix), and merges the partial results by their softmax
 log-sum-exps (`nvllm.layers.cascade_attention`). The plan is made on the host once per decode round: the
 block tables are the round's, and the prefix blocks are full of computed KV before the round starts, so it
@@ -28,24 +28,26 @@ from nvllm.transfer import to_device
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
 # static bound: flash-attn's prefix pass launches thread blocks for every group slot, empty or not.
 MAX_CASCADE_GROUPS = 16
-# Chunks a group's prefix is cut into for the prefix pass in batches of up to CHUNKED_MAX_ROWS rows, each
-# chunk attended by thread blocks of its own: flash-attn's varlen kernel reads a sequence's keys in one
-# thread block per 64 queries and head, one tile after another, so a small group's prefix in one piece
-# takes as long as that loop over all of it. Larger batches have thread blocks enough, and every chunk
-# costs its copy of the queries and one more part to merge (experiments/results/2026-12-01-h200-session7.md).
-PREFIX_CHUNKS = 4
-CHUNKED_MAX_ROWS = 64
+# Chunks a group's prefix is cut into for the prefix pass, by the batch's (padded) rows: (at most this many
+# rows, chunks), larger batches 1. flash-attn's varlen kernel reads a sequence's keys in one thread block
+# per 64 queries and head, one tile after another, so a small group's prefix in one piece takes as long as
+# that loop over all of it, with most of the GPU idle; each chunk is attended by thread blocks of its own.
+# Every chunk costs its copy of the queries and one more part to merge, and large batches have thread
+# blocks enough (experiments/results/2026-12-01-h200-session8.md).
+PREFIX_CHUNKS_BY_ROWS = ((128, 4), (384, 2))
 
 
 def prefix_chunks(num_rows: int) -> int:
     """Chunks per group's prefix in a decode batch of `num_rows` (padded) rows."""
-    return PREFIX_CHUNKS if num_rows <= CHUNKED_MAX_ROWS else 1
+    return next((chunks for most_rows, chunks in PREFIX_CHUNKS_BY_ROWS if num_rows <= most_rows), 1)
 
 
-def partial_columns(num_rows: int) -> int:
-    """Columns of a plan's per-row chunk tables: one per chunk, padded by the padding rule (a column past
-    the chunks is an absent part)."""
-    return padded_size(prefix_chunks(num_rows))
+def partial_columns() -> int:
+    """Columns of every plan's per-row chunk tables: the most chunks any batch takes (padded by the padding
+    rule), a column past a batch's chunks an absent part. The same for every batch size, so that the merge
+    of a row's parts is the same fixed sum in every graph: over a count that varied, inductor would compile
+    a reduction of a symbolic length, whose kernel configuration it picks by timing a start-up batch."""
+    return padded_size(max(chunks for _, chunks in PREFIX_CHUNKS_BY_ROWS))
 
 
 def prefix_slots(num_rows: int) -> int:
@@ -189,8 +191,8 @@ def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
         "prefix_cu_seqlens_q": np.zeros(slots + 1, dtype=np.int32),
         "prefix_cu_seqlens_k": np.zeros(slots + 1, dtype=np.int32),
         "prefix_block_tables": np.zeros((slots, width), dtype=np.int32),
-        "partial_rows": np.zeros((num_rows, partial_columns(num_rows)), dtype=np.int64),
-        "has_partial": np.zeros((num_rows, partial_columns(num_rows)), dtype=bool),
+        "partial_rows": np.zeros((num_rows, partial_columns()), dtype=np.int64),
+        "has_partial": np.zeros((num_rows, partial_columns()), dtype=bool),
         "prefix_lens": np.zeros(num_rows, dtype=np.int32),
         "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
     }

@@ -5,24 +5,34 @@ ops (see nvllm.attention.cascade for the plan)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+
 import torch
 
 import nvllm.ops  # noqa: F401  (registers torch.ops.nvllm.*)
 from nvllm.attention.backend import AttentionMetadata
 
 
-def merge_partials(outs: torch.Tensor, lses: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
-    """Attention over the union of disjoint key sets from the attention over each: partial outputs
-    `[rows, parts, heads, head_dim]` weighted by their softmax normalisers `exp(lse)` (`lses`:
-    `[rows, parts, heads]`). A row's part is left out where `present` (`[rows, parts]`) is false, whatever
-    its output and log-sum-exp hold; a row with no part is zero."""
-    lses = torch.where(present[..., None], lses, float("-inf"))
-    top = lses.amax(dim=1, keepdim=True)
+def merge_partials(parts: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Attention over the union of disjoint key sets from the attention over each: `parts` of (output
+    `[rows, heads, head_dim]`, softmax log-sum-exp `[rows, heads]`, present `[rows]`), weighted by their
+    normalisers `exp(lse)`. A row's part is left out where it is not present, whatever its output and
+    log-sum-exp hold; a row with no part is zero. A sum over a fixed list, not a reduction over a stacked
+    dimension: inductor fuses it into one pointwise kernel."""
+    lses = [torch.where(present[:, None], lse, float("-inf")) for _, lse, present in parts]
+    top = functools.reduce(torch.maximum, lses)
     top = torch.where(torch.isfinite(top), top, 0.0)  # rows with no part: every weight exp(-inf) = 0
-    weights = torch.exp(lses - top)
-    merged = torch.where(present[..., None, None], outs.float() * weights[..., None], 0.0).sum(1)
-    total = weights.sum(1)
-    return (merged / torch.where(total > 0, total, 1.0)[..., None]).to(outs.dtype)
+    weights = [torch.exp(lse - top) for lse in lses]
+    total = functools.reduce(torch.add, weights)
+    merged = functools.reduce(
+        torch.add,
+        (
+            torch.where(present[:, None, None], out.float() * weight[..., None], 0.0)
+            for (out, _, present), weight in zip(parts, weights)
+        ),
+    )
+    return (merged / torch.where(total > 0, total, 1.0)[..., None]).to(parts[0][0].dtype)
 
 
 def cascade_attention(
@@ -58,8 +68,10 @@ def cascade_attention(
         scale,
         backend,
     )
-    # each row's parts: its chunks of the prefix, then its remainder
-    outs = torch.cat([prefix_out[plan.partial_rows], remainder_out[:, None]], dim=1)
-    lses = torch.cat([prefix_lse.t()[plan.partial_rows], remainder_lse[:, None]], dim=1)
-    present = torch.cat([plan.has_partial, (remainder_lens > 0)[:, None]], dim=1)
-    return merge_partials(outs, lses, present)
+    # each row's parts: its chunks of the prefix (as many columns in every plan), then its remainder
+    prefix_lse = prefix_lse.t()
+    parts = [
+        (prefix_out[queries], prefix_lse[queries], present)
+        for queries, present in zip(plan.partial_rows.unbind(1), plan.has_partial.unbind(1))
+    ]
+    return merge_partials([*parts, (remainder_out, remainder_lse, remainder_lens > 0)])

@@ -13,6 +13,13 @@ from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 from nvllm.attention.backend import one_query_per_sequence
 from nvllm.ops.attention_ops import PagedBatch
+from nvllm.ops.paged_decode_attention import paged_decode_attention
+
+# Cascade's remainder pass in batches of at least this many rows runs nvllm's own Triton decode kernel,
+# which over short KV outruns flash-attn's (nvllm.ops.paged_decode_attention says why; measured on the
+# H200: experiments/results/2026-12-01-h200-session8.md). Smaller batches have too few programs to fill
+# the GPU without flash-attn's KV splits.
+PAGED_DECODE_MIN_ROWS = 64
 
 
 @triton.jit
@@ -115,5 +122,7 @@ def prefix_attention(
 def decode_attention_with_lse(
     query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    if query.shape[0] >= PAGED_DECODE_MIN_ROWS:
+        return paged_decode_attention(query, k_cache, v_cache, seqlens_k, block_tables, scale)
     out, lse = _decode(query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale, True)
     return out.squeeze(1), lse.squeeze(-1)

@@ -1,0 +1,128 @@
+"""Decode attention over the paged cache in Triton: one query per sequence, returning the log-sum-exp.
+
+flash-attn's decode kernel gives each (sequence, KV head) a thread block of 64 query rows, of which a
+grouped-query head fills only the group's few, and enough shared memory that two such blocks fit on an SM.
+Over a short KV (cascade's remainders: a suffix and the tokens generated so far) each block's fixed work,
+loading its queries and writing its output, is most of its time, and so few blocks per SM leave the memory
+system idle. Here one program is a (sequence, KV head) too, but with its group's queries padded only to the
+tensor cores' 16 rows, so several programs share an SM and their loads overlap.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
+BLOCK_N = 64  # KV tokens per loop iteration (a KV block holds a whole number of them)
+
+
+@triton.jit
+def _paged_decode_kernel(
+    query_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    seqlens_ptr,
+    out_ptr,
+    lse_ptr,
+    query_row_stride,
+    query_head_stride,
+    out_row_stride,
+    out_head_stride,
+    block_table_stride,
+    scale,
+    BLOCK_SIZE: tl.constexpr,
+    NUM_KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    GROUP_ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    seqlen = tl.load(seqlens_ptr + row)
+    group = tl.arange(0, GROUP_ROWS)
+    dims = tl.arange(0, HEAD_DIM)
+    heads = kv_head * GROUP + group
+    in_group = group < GROUP
+    query = tl.load(
+        query_ptr + row * query_row_stride + heads[:, None] * query_head_stride + dims[None, :],
+        mask=in_group[:, None],
+        other=0.0,
+    )
+    running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+    normaliser = tl.zeros([GROUP_ROWS], tl.float32)
+    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+    tokens = tl.arange(0, BLOCK_N)
+    for start in range(0, seqlen, BLOCK_N):
+        block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
+        slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
+        inside = start + tokens < seqlen
+        offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
+        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        scores = tl.dot(query, tl.trans(key)) * scale
+        scores = tl.where(inside[None, :], scores, float("-inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        weights = tl.exp(scores - new_max[:, None])
+        rescale = tl.exp(running_max - new_max)
+        normaliser = normaliser * rescale + tl.sum(weights, 1)
+        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
+        running_max = new_max
+    attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
+    safe_normaliser = tl.where(attended, normaliser, 1.0)
+    out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
+    tl.store(
+        out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=in_group[:, None],
+    )
+    lse = tl.where(attended, running_max + tl.log(safe_normaliser), float("-inf"))
+    tl.store(lse_ptr + row * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
+
+
+def paged_decode_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seqlens_k: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
+    `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`). Returns the output and the
+    natural-log log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
+    rows, num_heads, head_dim = query.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    assert query.stride(-1) == 1 and block_tables.stride(-1) == 1
+    assert k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert block_size % BLOCK_N == 0 and head_dim == triton.next_power_of_2(head_dim)
+    group = num_heads // num_kv_heads
+    out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    lse = torch.empty((rows, num_heads), dtype=torch.float32, device=query.device)
+    _paged_decode_kernel[(rows, num_kv_heads)](
+        query,
+        k_cache,
+        v_cache,
+        block_tables,
+        seqlens_k,
+        out,
+        lse,
+        query.stride(0),
+        query.stride(1),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        scale,
+        BLOCK_SIZE=block_size,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=group,
+        GROUP_ROWS=max(MIN_QUERY_ROWS, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        BLOCK_N=BLOCK_N,
+        num_warps=4,
+        num_stages=2,
+    )
+    return out, lse
