@@ -46,7 +46,9 @@ def partial_columns() -> int:
     """Columns of every plan's per-row chunk tables: the most chunks any batch takes (padded by the padding
     rule), a column past a batch's chunks an absent part. The same for every batch size, so that the merge
     of a row's parts is the same fixed sum in every graph: over a count that varied, inductor would compile
-    a reduction of a symbolic length, whose kernel configuration it picks by timing a start-up batch."""
+    a reduction of a symbolic length, whose configuration it settles by timing its candidates at their first
+    launch, on start-up's 2-row batch, where they nearly tie: a pick that was far slower at full batches
+    (experiments/results/2026-12-01-h200-session8.md)."""
     return padded_size(max(chunks for _, chunks in PREFIX_CHUNKS_BY_ROWS))
 
 

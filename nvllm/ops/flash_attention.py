@@ -17,8 +17,8 @@ from nvllm.ops.paged_decode_attention import paged_decode_attention
 
 # Cascade's remainder pass in batches of at least this many rows runs nvllm's own Triton decode kernel,
 # which over short KV outruns flash-attn's (nvllm.ops.paged_decode_attention says why; measured on the
-# H200: experiments/results/2026-12-01-h200-session8.md). Smaller batches have too few programs to fill
-# the GPU without flash-attn's KV splits.
+# H200: experiments/results/2026-12-01-h200-session8.md). Smaller batches keep flash-attn, whose KV splits
+# serve a few long remainders that the Triton kernel would read in one program per row and KV head.
 PAGED_DECODE_MIN_ROWS = 64
 
 
