@@ -5,9 +5,9 @@ Sequences admitted under one cached prefix hold the very same physical blocks at
 tables. A cascade step attends all of a group's queries, as one non-causal query sequence, to the group's
 prefix (its KV read once instead of once per sequence; in all but the largest batches, chunk by chunk),
 attends each query to its own remainder (the blocks after the prefix), and merges the partial results by
-their softmax log-sum-exps (`nvllm.layers.cascade_attention`). The plan is made on the host once per decode round: the
-block tables are the round's, and the prefix blocks are full of computed KV before the round starts, so it
-holds for every step.
+their softmax log-sum-exps (`nvllm.layers.cascade_attention`). The plan is made on the host once per decode
+round: the block tables are the round's, and the prefix blocks are full of computed KV before the round
+starts, so it holds for every step.
 
 Tensors have static shapes for the CUDA graphs, set by the batch size: one row per (padded) batch row,
 `MAX_CASCADE_GROUPS` groups times the batch's chunks of slots, the unused ones empty.
