@@ -19,7 +19,7 @@ def merge_partials(parts: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tenso
     `[rows, heads, head_dim]`, softmax log-sum-exp `[rows, heads]`, present `[rows]`), weighted by their
     normalisers `exp(lse)`. A row's part is left out where it is not present, whatever its output and
     log-sum-exp hold; a row with no part is zero. A sum over a fixed list, not a reduction over a stacked
-    dimension: inductor fuses it into one pointwise kernel."""
+    dimension: inductor fuses it into pointwise kernels."""
     lses = [torch.where(present[:, None], lse, float("-inf")) for _, lse, present in parts]
     top = functools.reduce(torch.maximum, lses)
     top = torch.where(torch.isfinite(top), top, 0.0)  # rows with no part: every weight exp(-inf) = 0
