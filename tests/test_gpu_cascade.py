@@ -1,5 +1,7 @@
-"""Cascade attention on the GPU: flash-attn's two passes merged against flash-attn's plain decode (bf16),
-and an engine serving a shared-prefix workload by cascade inside its compiled model and CUDA graphs."""
+"""Cascade attention on the GPU: the CUDA backend's two passes (flash-attn's, and nvllm's Triton decode kernel
+for the remainders of large batches) merged against flash-attn's plain decode (bf16), the Triton kernel
+against flash-attn, and an engine serving a shared-prefix workload by cascade inside its compiled model and
+CUDA graphs."""
 
 import dataclasses
 
