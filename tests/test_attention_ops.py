@@ -28,7 +28,6 @@ def run_paged_batch(
     dtype=torch.float32,
     seed=0,
     head_dim=HEAD_DIM,
-    decode_kv_splits=0,
 ):
     """cases: (num_cached, num_new) per sequence. Writes the cached part in one call, the new part in the
     batched call, like the engine; returns (paged output, dense reference)."""
@@ -75,7 +74,6 @@ def run_paged_batch(
         torch.tensor(tables, dtype=torch.int32, device=device),
         max(n for _, n in cases),
         max(seqlens_k),
-        torch.tensor(decode_kv_splits, dtype=torch.int32),
         scale,
         backend,
     )
@@ -112,16 +110,14 @@ def test_padded_slots_write_nothing():
     "cases",
     [
         [(0, 300), (256, 40), (700, 1), (5, 1), (0, 1), (512, 512)],  # mixed prefill / prefix / decode
-        [(c, 1) for c in (1, 255, 256, 257, 1000)],  # pure decode: the with_kvcache path
+        [(c, 1) for c in (1, 255, 256, 257, 1000)],  # pure decode: the Triton kernel, in 8 KV splits
+        [(c, 1) for c in range(1, 6400, 100)],  # 64 rows: in one
     ],
 )
-@pytest.mark.parametrize("decode_kv_splits", [0, 1])  # flash-attn's own choice, and one split
-def test_flash_attn_backend_matches_torch_backend_on_gpu(cases, decode_kv_splits):
+def test_flash_attn_backend_matches_torch_backend_on_gpu(cases):
     pytest.importorskip("flash_attn")
     settings = dict(device="cuda", dtype=torch.bfloat16, head_dim=128)  # the trimmed build serves 128 only
-    paged, dense = run_paged_batch(
-        cases, 256, backend="flash_attn", decode_kv_splits=decode_kv_splits, **settings
-    )
+    paged, dense = run_paged_batch(cases, 256, backend="flash_attn", **settings)
     reference, _ = run_paged_batch(cases, 256, backend="torch", **settings)
     torch.testing.assert_close(paged.float(), reference.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(paged.float(), dense.float(), atol=3e-2, rtol=3e-2)
@@ -136,3 +132,13 @@ def test_auto_backend_on_cuda_rejects_block_sizes_flash_attn_cannot_serve(monkey
     assert resolve_backend("auto", "cuda", 512) is FlashAttnBackend
     assert resolve_backend("torch", "cuda", 16) is TorchBackend
     assert resolve_backend("auto", "cpu", 16) is TorchBackend
+
+
+def test_decode_kv_splits_fill_the_gpu_with_about_512_programs_in_powers_of_two():
+    from nvllm.ops.attention_ops import decode_kv_splits
+
+    # rows x KV heads x splits ~ 512, at most 32 splits, at least 1
+    assert [decode_kv_splits(rows, 8) for rows in (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 512)] == [
+        32, 32, 16, 16, 8, 4, 2, 2, 1, 1, 1,
+    ]  # fmt: skip
+    assert [decode_kv_splits(rows, 4) for rows in (1, 4, 8, 128)] == [32, 32, 16, 1]  # 8 KV heads over TP=2

@@ -166,7 +166,7 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
     # three groups of two: prefixes of 1, 3 and 2 blocks; the two that save most are served
     tables = np.array([[1, 2, 3, 9], [1, 2, 3, 8], [4, 9, 0, 0], [4, 8, 0, 0], [5, 6, 7, 1], [5, 6, 2, 3]])
     seqlens = np.array([[14, 14, 6, 6, 13, 9], [15, 15, 7, 7, 14, 10]])
-    plan = plan_cascade(tables, seqlens, BLOCK, "on", kv_splits=lambda longest: longest)
+    plan = plan_cascade(tables, seqlens, BLOCK, "on")
     # group (0, 1) over 3 blocks in chunks of 1 and 2 blocks, then group (4, 5) over 2 blocks in two of 1
     assert plan.prefix_cu_seqlens_q.tolist() == [0, 2, 4, 6, 8]
     assert plan.prefix_cu_seqlens_k.tolist() == [0, 4, 12, 16, 20]
@@ -183,20 +183,19 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
         [7, 1, 1, 1],
         [2, 3, 3, 3],
     ]
-    assert plan.kv_splits == 7  # the longest remainder of any step: row 2's 7 tokens at the last
     assert plan.saved_kv_tokens == 12 + 8
 
 
 def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):
     monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((8, 4),))
     tables = np.array([[1, 2, 5], [1, 2, 6], [1, 2, 7]])
-    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
+    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on")
     assert plan.prefix_cu_seqlens_k[:4].tolist() == [0, 4, 8, 8]
     assert plan.prefix_cu_seqlens_q[:4].tolist() == [0, 3, 6, 6]
     assert plan.has_partial.tolist() == [[False, True, False, True]] * 3  # chunks 1 and 3: a block each
     # batches of more rows take their prefixes whole, in plans of as many columns (the rest absent parts)
     monkeypatch.setattr(cascade, "PREFIX_CHUNKS_BY_ROWS", ((2, 4),))
-    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on", kv_splits=lambda longest: 0)
+    plan = plan_cascade(tables, np.array([[9, 10, 11]]), BLOCK, "on")
     assert plan.prefix_cu_seqlens_k.tolist()[:2] == [0, 8]
     assert plan.has_partial.tolist() == [[True, False, False, False]] * 3
 

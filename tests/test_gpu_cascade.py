@@ -45,8 +45,8 @@ def mixed_batch() -> tuple[np.ndarray, np.ndarray]:
     return tables, seqlens
 
 
-# one mixed batch (flash-attn's remainder pass), and nine side by side with blocks of their own: more rows
-# than flash-attn serves the remainders of, and more groups than a plan serves
+# one mixed batch, and nine side by side with blocks of their own: more groups than a plan serves, and
+# remainder passes of 8 KV splits (8 rows) and of one (72 rows)
 @pytest.mark.parametrize("copies", [1, 9])
 def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     torch.manual_seed(0)
@@ -55,7 +55,7 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     tables = np.concatenate([one_tables + blocks_per_copy * copy for copy in range(copies)])
     seqlens = np.tile(one_seqlens, copies)
     rows = len(seqlens)
-    plan = plan_cascade(tables, seqlens[None], BLOCK, "on", kv_splits=lambda longest: 0)
+    plan = plan_cascade(tables, seqlens[None], BLOCK, "on")
     assert plan is not None
     if copies == 1:
         assert plan.prefix_lens.tolist() == [3 * BLOCK, BLOCK, 3 * BLOCK, 0, BLOCK, 3 * BLOCK, 0, 0]
@@ -71,7 +71,6 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
         block_tables=torch.from_numpy(tables).cuda(),
         max_seqlen_q=2,
         max_seqlen_k=8 * BLOCK,
-        decode_kv_splits=torch.tensor(0, dtype=torch.int32),
         cascade=plan.to("cuda"),
     )
     scale = HEAD_DIM**-0.5
@@ -81,7 +80,6 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
         meta.block_tables,
         2,
         8 * BLOCK,
-        meta.decode_kv_splits,
         scale,
     )
     for backend in ("flash_attn", "torch"):
@@ -96,15 +94,15 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     )
 
 
+@pytest.mark.parametrize("num_splits", [1, 2, 16])  # 16: more splits than a short row has 64-token tiles
 @pytest.mark.parametrize("heads", [HEADS, 4 * KV_HEADS])  # Qwen3-0.6B's groups of 2 queries, Qwen3-8B's of 4
-def test_triton_decode_kernel_matches_flash_attn(heads):
+def test_triton_decode_kernel_matches_flash_attn(heads, num_splits):
     from flash_attn import flash_attn_with_kvcache
 
-    from nvllm.ops.flash_attention import PAGED_DECODE_MIN_ROWS
     from nvllm.ops.paged_decode_attention import paged_decode_attention
 
     torch.manual_seed(0)
-    rows, width = PAGED_DECODE_MIN_ROWS + 8, 5
+    rows, width = 72, 5
     # no KV, within one 64-token tile, across tile and block edges, over several blocks
     lengths = [0, 1, 63, 64, 65, 255, 256, 257, 1000, width * BLOCK]
     seqlens = torch.tensor(lengths + torch.randint(1, width * BLOCK, (rows - len(lengths),)).tolist())
@@ -115,7 +113,7 @@ def test_triton_decode_kernel_matches_flash_attn(heads):
     # the query as the model hands it over: heads split off a wider row
     query = torch.randn(rows, heads + 2 * KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)[:, :heads]
     scale = HEAD_DIM**-0.5
-    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale)
+    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, num_splits)
     expected_out, expected_lse = flash_attn_with_kvcache(
         query[:, None],
         k_cache,

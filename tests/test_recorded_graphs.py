@@ -8,7 +8,7 @@ import torch
 import torch._dynamo.utils
 
 from nvllm import SamplingParams
-from nvllm.attention import FlashAttnBackend, TorchBackend, cascade
+from nvllm.attention import cascade
 from nvllm.engine import graph_runner
 from nvllm.engine.graph_runner import GraphRunner
 from tests.engine_utils import random_prompt, tiny_llm
@@ -30,6 +30,10 @@ class ReplayedOnTheHost:
 
     def reset(self) -> None:
         self.destroyed = True
+
+
+def kv_heads(runner) -> int:
+    return runner.config.model.num_key_value_heads  # one rank: all of them
 
 
 @pytest.fixture
@@ -70,9 +74,8 @@ def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_o
         expected = run_both()
         runner = llm.model_runner
         llm.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
-        backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len)
         runner.graph_runner = graphs = GraphRunner(
-            runner.model, backend, [2, 4, 8], [16, 32], "cpu", runner.token_table
+            runner.model, runner.backend, [2, 4, 8], [16, 32], "cpu", runner.token_table, kv_heads(runner)
         )
         got = run_both()
         recorded = dict(graphs.graphs)
@@ -80,17 +83,9 @@ def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_o
     # destroyed on shutdown, not left to the garbage collector (NCCL waits for graphs holding collectives)
     assert all(graph.destroyed for graph in recorded.values()) and not graphs.graphs
     replays = {key: graph.replays for key, graph in recorded.items()}
-    # every kind of graph ran: decode batches of each padded size without KV splits (no context here is
-    # long enough for splits), and prefill steps of each bucket
-    assert all(replays["decode", size, 1] for size in (2, 4, 8)), replays
+    # every kind of graph ran: decode batches of each padded size, and prefill steps of each bucket
+    assert all(replays["decode", size] for size in (2, 4, 8)), replays
     assert all(replays["prefill", tokens] for tokens in (16, 32)), replays
-
-
-class SplittingTorchBackend(TorchBackend):
-    """The torch backend (which has nothing to split) choosing decode KV splits as flash-attn does, so that
-    graphs of both split choices are recorded and picked."""
-
-    decode_kv_splits = FlashAttnBackend.decode_kv_splits
 
 
 def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatch):
@@ -103,19 +98,18 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatc
         expected = llm.generate(prompts, params, use_tqdm=False)
         runner = llm.model_runner
         llm.inputs.decode_batch_sizes = [2, 4, 8]
-        backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len, "on")
         runner.graph_runner = graphs = GraphRunner(
-            runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table
+            runner.model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
         )
-        llm.inputs.backend = backend  # whose plans choose the KV splits of the graphs it keys
         got = llm.generate(prompts, params, use_tqdm=False)
         replays = {key: graph.replays for key, graph in graphs.graphs.items()}  # before shutdown frees them
         # the graphs attended by the plan, not by the empty one they were recorded with
         prefix_lens = sorted(graphs.static["cascade"]["prefix_lens"][:6].tolist())
     assert got == expected
-    # 2 kinds x 2 KV-split choices x 3 sizes, in 4 classes of the same kernels: one warm-up each
-    assert len(graphs_on_the_host) == 12 and sum(graphs_on_the_host) == 4
-    assert replays["cascade", 8, 1], replays  # the six, padded to 8, with their prefix group
+    # 2 kinds x 3 sizes, in 4 classes of the same kernels (the tiny model's 4 KV heads: decode attention
+    # in 32 KV splits at 2 and 4 rows, in 16 at 8): one warm-up each
+    assert len(graphs_on_the_host) == 6 and sum(graphs_on_the_host) == 4
+    assert replays["cascade", 8], replays  # the six, padded to 8, with their prefix group
     assert prefix_lens == [0] + [12] * 5
 
 
@@ -130,6 +124,8 @@ def test_cascade_graphs_of_every_chunking_run_the_one_compiled_cascade_graph(gra
     with tiny_llm(**settings) as llm:
         compiled = counters["stats"]["unique_graphs"]
         runner = llm.model_runner
-        graphs = GraphRunner(runner.compiled_model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table)
+        graphs = GraphRunner(
+            runner.compiled_model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
+        )
         assert {key[:2] for key in graphs.graphs} >= {("cascade", 4), ("cascade", 8)}
         assert counters["stats"]["unique_graphs"] == compiled, "a graph's buffers made dynamo compile again"

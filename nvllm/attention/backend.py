@@ -32,9 +32,6 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [num_seqs, block_table_width] int32
     max_seqlen_q: int  # an upper bound, at least MIN_SIZE
     max_seqlen_k: int
-    # 0-d int32 on the host: how many parts a decode step splits each sequence's KV into (0: the kernel
-    # picks). An input, not a constant, so that one compiled graph serves every choice.
-    decode_kv_splits: torch.Tensor
     cascade: CascadePlan | None = None  # decode steps whose rows share prefixes (nvllm.attention.cascade)
 
 
@@ -68,31 +65,12 @@ class AttentionBackend:
                 "for other sizes"
             )
 
-    def decode_kv_splits(self, batch_size: int, longest_context: int) -> int:
-        """KV splits of a decode step (0: the kernel's own choice)."""
-        return 0
-
-    def step_kv_splits(self, inputs: StepInputs) -> int:
-        """KV splits of a step: none in prefill; a cascade step's remainders split as its plan says."""
-        if inputs.is_prefill:
-            return 0
-        if inputs.cascade is not None:
-            return inputs.cascade.kv_splits
-        return self.decode_kv_splits(inputs.num_seqs, inputs.longest_context)
-
     def cascade_plan(self, block_tables: np.ndarray, step_seqlens_k: np.ndarray) -> CascadePlan | None:
         """The cascade plan of a decode round (block tables `[rows, width]`, lengths `[steps, rows]`), or
         None where `attention.cascade` finds no group that pays."""
         if self.cascade == "off":
             return None
-        num_rows = block_tables.shape[0]
-        return plan_cascade(
-            block_tables,
-            step_seqlens_k,
-            self.block_size,
-            self.cascade,
-            lambda longest_remainder: self.decode_kv_splits(num_rows, longest_remainder),
-        )
+        return plan_cascade(block_tables, step_seqlens_k, self.block_size, self.cascade)
 
     def metadata(self, inputs: StepInputs, device: torch.device | str) -> AttentionMetadata:
         """The step's attention metadata on `device` (inputs already there are used as they are)."""
@@ -103,6 +81,5 @@ class AttentionBackend:
             block_tables=to_device(inputs.block_tables, device),
             max_seqlen_q=inputs.max_seqlen_q,
             max_seqlen_k=inputs.max_seqlen_k,
-            decode_kv_splits=torch.tensor(self.step_kv_splits(inputs), dtype=torch.int32),
             cascade=inputs.cascade.to(device) if inputs.cascade is not None else None,
         )

@@ -95,7 +95,6 @@ class CascadePlan:
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
     remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
     max_group_size: int  # an upper bound on any group's rows, at least 2
-    kv_splits: int  # KV splits of the remainder pass (chosen by the backend for the longest remainder)
 
     def to(self, device: torch.device | str) -> CascadePlan:
         tensors = {
@@ -140,10 +139,10 @@ def prefix_groups(block_tables: np.ndarray, seqlens_k: np.ndarray, block_size: i
 
 
 def plan_cascade(
-    block_tables: np.ndarray, step_seqlens_k: np.ndarray, block_size: int, mode: str, kv_splits
+    block_tables: np.ndarray, step_seqlens_k: np.ndarray, block_size: int, mode: str
 ) -> CascadePlan | None:
     """The plan of a decode round whose steps' sequence lengths are `step_seqlens_k` ([steps, rows]), or None
-    where no group pays. `kv_splits(longest_remainder)` is the backend's choice of KV splits."""
+    where no group pays."""
     num_rows, width = block_tables.shape
     candidates = [
         (rows, shared)
@@ -177,11 +176,9 @@ def plan_cascade(
     # a row's remainder: its blocks after the prefix (the table's last column repeats past its end, unread)
     columns = np.minimum(np.arange(width) + prefix_blocks[:, None], width - 1)
     plan["remainder_block_tables"] = np.take_along_axis(block_tables, columns, axis=1).astype(np.int32)
-    longest_remainder = int((step_seqlens_k - plan["prefix_lens"]).max())
     return CascadePlan(
         **{name: torch.from_numpy(array) for name, array in plan.items()},
         max_group_size=max(2, max(len(rows) for rows, _ in groups)),
-        kv_splits=kv_splits(longest_remainder),
     )
 
 
@@ -200,11 +197,10 @@ def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
     }
 
 
-def empty_plan(num_rows: int, width: int, max_group_size: int, kv_splits: int) -> CascadePlan:
+def empty_plan(num_rows: int, width: int, max_group_size: int) -> CascadePlan:
     """A plan with no group, over block tables of `width` columns (all zeros): what graph capture records a
     cascade step with, and the static buffers replays copy real plans into."""
     return CascadePlan(
         **{name: torch.from_numpy(array) for name, array in empty_arrays(num_rows, width).items()},
         max_group_size=max_group_size,
-        kv_splits=kv_splits,
     )

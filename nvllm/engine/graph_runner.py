@@ -1,5 +1,5 @@
-"""CUDA graphs recorded by hand around the compiled model: decode steps per padded batch size (and per
-KV-split choice, and with or without cascade attention), small prefill steps per token bucket. A step that
+"""CUDA graphs recorded by hand around the compiled model: decode steps per padded batch size (with or
+without cascade attention), small prefill steps per token bucket. A step that
 one of them holds is: copy its inputs into the graphs' static buffers, replay. Replaying a
 `torch.cuda.CUDAGraph` goes through neither dynamo's guards nor inductor's graph-tree bookkeeping, which
 cost more host time per step than a small decode step takes on the GPU
@@ -18,6 +18,7 @@ from nvllm.attention.cascade import CascadePlan, empty_plan
 from nvllm.attention.padding import MIN_SIZE
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
+from nvllm.ops.attention_ops import decode_kv_splits
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
 from nvllm.transfer import copy_from_host, to_device
 
@@ -106,12 +107,14 @@ def enclosing(plans: list[CascadePlan], name: str, device) -> torch.Tensor:
     return torch.zeros(max(tensor.numel() for tensor in tensors), dtype=tensors[0].dtype, device=device)
 
 
-def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:
+def warm_up_class(kind: str, num_rows: int, num_kv_heads: int) -> tuple:
     """Graphs of one class launch the same kernels, so only the first of them needs a run outside the
     capture (a capture cannot wait for the device, as a kernel's first launch may: Triton compiles it and
-    autotunes it there). A class is a graph's kind and KV-split choice, whether its rows take the skinny
-    matmul, and whether their count is a multiple of 16 (Triton compiles a kernel apart for each)."""
-    return kind, kv_splits, num_rows <= SKINNY_MAX_ROWS, num_rows % 16 == 0
+    autotunes it there). A class is a graph's kind, how many splits its decode attention cuts the KV into,
+    whether its rows take the skinny matmul, and whether their count is a multiple of 16 (Triton compiles a
+    kernel apart for each)."""
+    splits = decode_kv_splits(num_rows, num_kv_heads) if kind != "prefill" else 0
+    return kind, splits, num_rows <= SKINNY_MAX_ROWS, num_rows % 16 == 0
 
 
 class GraphRunner:
@@ -126,8 +129,10 @@ class GraphRunner:
         buckets: list[int],
         device,
         token_table: torch.Tensor,
+        num_kv_heads: int,
     ):
-        """Decode graphs read each sequence's token from `token_table` themselves (see StepInputs)."""
+        """Decode graphs read each sequence's token from `token_table` themselves (see StepInputs);
+        `num_kv_heads`: the KV heads of this rank's attention layers."""
         self.backend, self.device = backend, device
         self.decode_sizes, self.buckets = decode_sizes, buckets
         # Static buffers for the largest graph of each kind: views of their leading rows are each graph's
@@ -139,12 +144,12 @@ class GraphRunner:
             self.static["decode"] = self._static_buffers(
                 dummy_step(backend, decode_sizes[-1], decode_sizes[-1])
             )
-        # Cascade steps get graphs of their own, keyed by batch size and KV splits only: the groups, their
+        # Cascade steps get graphs of their own, keyed by batch size only: the groups, their
         # sizes and prefix lengths are tensors, bounded by the batch size (queries in a group), max_model_len
         # (a prefix) and MAX_CASCADE_GROUPS, so one graph per size serves every plan.
         cascade = backend.cascade != "off" and bool(decode_sizes)
         if cascade:
-            plans = [empty_plan(size, backend.block_table_width, size, 0) for size in decode_sizes]
+            plans = [empty_plan(size, backend.block_table_width, size) for size in decode_sizes]
             self.static["cascade"] = {name: enclosing(plans, name, device) for name in CASCADE_INPUTS}
         if buckets:
             prefill = self._static_buffers(dummy_step(backend, buckets[-1], PREFILL_GRAPH_SEQS))
@@ -161,27 +166,25 @@ class GraphRunner:
         pool = None  # shared by every graph (they never run at the same time); the largest first
         warmed_up: set[tuple] = set()
 
-        def capture(key: tuple, forward: Callable, args: tuple, num_rows: int, kv_splits: int) -> None:
+        def capture(key: tuple, forward: Callable, args: tuple, num_rows: int) -> None:
             nonlocal pool
-            warm_up = warm_up_class(key[0], num_rows, kv_splits)
+            warm_up = warm_up_class(key[0], num_rows, num_kv_heads)
             graph, self.logits[key] = record(forward, args, pool, warm_up not in warmed_up)
             warmed_up.add(warm_up)
             self.graphs[key], pool = graph, graph.pool()
 
         for size in reversed(decode_sizes):
-            for splits in sorted({0, backend.decode_kv_splits(size, longest_context=1)}):
-                for kind in ("decode", "cascade") if cascade else ("decode",):
-                    args = self._arguments(kind, size, size, splits)
-                    capture((kind, size, splits), decode_forward, args, size, splits)
+            for kind in ("decode", "cascade") if cascade else ("decode",):
+                capture((kind, size), decode_forward, self._arguments(kind, size, size), size)
         for num_tokens in reversed(buckets):
-            args = self._arguments("prefill", num_tokens, PREFILL_GRAPH_SEQS, 0)
-            capture(("prefill", num_tokens), forward, args, num_tokens, 0)
+            args = self._arguments("prefill", num_tokens, PREFILL_GRAPH_SEQS)
+            capture(("prefill", num_tokens), forward, args, num_tokens)
         torch.cuda.synchronize()
 
     def _static_buffers(self, inputs: StepInputs) -> dict[str, torch.Tensor]:
         return {name: to_device(getattr(inputs, name), self.device) for name in STATIC_INPUTS}
 
-    def _arguments(self, kind: str, num_tokens: int, num_seqs: int, kv_splits: int) -> tuple:
+    def _arguments(self, kind: str, num_tokens: int, num_seqs: int) -> tuple:
         """A graph's inputs: views of the static buffers. `kind`: decode, cascade (a decode step by cascade
         attention) or prefill."""
         cascade = None
@@ -189,7 +192,7 @@ class GraphRunner:
             kind, rows = "decode", num_seqs
             static = self.static["cascade"]
             # a plan of this size's shapes (its number of chunks), its tensors views of the static buffers
-            shaped = empty_plan(rows, self.backend.block_table_width, rows, kv_splits)
+            shaped = empty_plan(rows, self.backend.block_table_width, rows)
             cascade = dataclasses.replace(
                 shaped, **{name: leading(static[name], getattr(shaped, name)) for name in CASCADE_INPUTS}
             )
@@ -201,7 +204,6 @@ class GraphRunner:
             block_tables=static["block_tables"][:num_seqs],
             max_seqlen_q=MIN_SIZE if kind == "decode" else num_tokens,  # upper bounds, as the builder's are
             max_seqlen_k=self.backend.max_model_len,
-            decode_kv_splits=torch.tensor(kv_splits, dtype=torch.int32),
             cascade=cascade,
         )
         return (
@@ -221,7 +223,7 @@ class GraphRunner:
             )
             return ("prefill", next(t for t in self.buckets if t >= inputs.num_tokens)) if fits else None
         kind = "decode" if inputs.cascade is None else "cascade"
-        key = (kind, inputs.num_seqs, self.backend.step_kv_splits(inputs))
+        key = (kind, inputs.num_seqs)
         return key if key in self.graphs and inputs.input_ids is None else None
 
     def can_replay(self, inputs: StepInputs) -> bool:

@@ -177,6 +177,7 @@ class ModelRunner:
                 prefill_buckets(self.config),
                 self.device,
                 self.token_table,
+                self._attention_layers(self.model)[0].num_kv_heads,
             )
             self.cuda_graph_pool_bytes = torch.cuda.memory_reserved(self.device) - reserved_before
         self.timings["capture_s"] = time.perf_counter() - start

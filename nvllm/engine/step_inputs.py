@@ -243,8 +243,6 @@ def dummy_step(
         is_prefill=is_prefill,
         longest_context=max(lengths),
         cascade=(
-            empty_plan(num_seqs, backend.block_table_width, num_seqs, kv_splits=0)
-            if cascade and not is_prefill
-            else None
+            empty_plan(num_seqs, backend.block_table_width, num_seqs) if cascade and not is_prefill else None
         ),
     )

@@ -44,7 +44,6 @@ class Attention(nn.Module):
             meta.block_tables,
             meta.max_seqlen_q,
             meta.max_seqlen_k,
-            meta.decode_kv_splits,
             self.scale,
             self.backend,
         )

@@ -64,7 +64,6 @@ def cascade_attention(
         v_cache,
         remainder_lens,
         plan.remainder_block_tables,
-        meta.decode_kv_splits,
         scale,
         backend,
     )

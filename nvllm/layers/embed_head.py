@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nvllm.distributed import all_reduce, tp_rank, tp_size
-from nvllm.ops.linear_ops import apply_linear
+from nvllm.ops.linear_ops import linear
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -39,7 +39,9 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Logits over the whole vocabulary; with TP, each rank computes its slice and all gather them."""
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = apply_linear(hidden_states, self.weight)
+        # the op (the skinny kernel for small batches) even though the LM head is outside the compiled
+        # regions: it runs inside the CUDA graphs, where the op's dispatch costs nothing per replay
+        logits = linear(hidden_states, self.weight)
         if tp_size() == 1:
             return logits
         shards = [torch.empty_like(logits) for _ in range(tp_size())]

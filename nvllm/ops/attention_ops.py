@@ -26,7 +26,22 @@ class PagedBatch(NamedTuple):
     block_tables: torch.Tensor
     max_seqlen_q: int
     max_seqlen_k: int
-    decode_kv_splits: int
+
+
+# A decode step's KV is cut into splits, each read by a program of its own (one per row, KV head and split),
+# until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
+# while more splits than that only add partial results to combine. Measured on the H200, over 1 to 256
+# rows and contexts of 256 to 4096 tokens (`python -m experiments.decode_attention_bench`):
+# experiments/results/2026-12-01-h200-session9.md.
+DECODE_PROGRAMS = 512
+MAX_DECODE_KV_SPLITS = 32
+
+
+def decode_kv_splits(num_rows: int, num_kv_heads: int) -> int:
+    """How many splits a decode step of `num_rows` rows cuts each row's KV into: a power of two. A function
+    of the shapes alone, so that every replay of a CUDA graph runs the kernels it was recorded with."""
+    splits = min(MAX_DECODE_KV_SPLITS, DECODE_PROGRAMS // (num_rows * num_kv_heads))
+    return 1 << (splits.bit_length() - 1) if splits > 1 else 1
 
 
 def _flash_attention_module():
@@ -73,7 +88,6 @@ def attention(
     block_tables: torch.Tensor,
     max_seqlen_q: int,
     max_seqlen_k: int,
-    decode_kv_splits: torch.Tensor,
     scale: float,
     backend: str,
 ) -> torch.Tensor:
@@ -83,12 +97,9 @@ def attention(
     (whose K/V, the new ones included, are already in the cache): a prefill, a chunk after a cached
     prefix, and a decode step are the same call. The shapes tell a decode batch (see
     `nvllm.attention.one_query_per_sequence`), not `max_seqlen_q`, an upper bound kept at 2 or more so that
-    one compiled graph serves prefill and decode; `decode_kv_splits` (a 0-d host tensor) is how many parts
-    a decode kernel splits each sequence's KV into (0: its own choice).
+    one compiled graph serves prefill and decode.
     """
-    batch = PagedBatch(
-        cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, int(decode_kv_splits)
-    )
+    batch = PagedBatch(cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k)
     return _implementation(backend).attention(query, k_cache, v_cache, batch, scale)
 
 
@@ -138,7 +149,6 @@ def decode_attention_with_lse(
     v_cache: torch.Tensor,
     seqlens_k: torch.Tensor,
     block_tables: torch.Tensor,
-    decode_kv_splits: torch.Tensor,
     scale: float,
     backend: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -146,7 +156,7 @@ def decode_attention_with_lse(
     `block_tables[i]`. Returns the output and the log-sum-exp `[rows, heads]`; a row with no tokens gets a
     zero output and an undefined log-sum-exp."""
     return _implementation(backend).decode_attention_with_lse(
-        query, k_cache, v_cache, seqlens_k, block_tables, int(decode_kv_splits), scale
+        query, k_cache, v_cache, seqlens_k, block_tables, scale
     )
 
 

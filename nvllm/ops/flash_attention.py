@@ -1,4 +1,7 @@
-"""The CUDA backend: flash-attn over the paged cache, and a Triton kernel that writes K/V into it.
+"""The CUDA backend: flash-attn's varlen attention over the paged cache for prefill and cascade's prefix
+pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`: faster than flash-attn's decode
+kernel at every batch size but for a few dozen rows over short contexts, by 1-2 µs a layer, measured on the
+H200: experiments/results/2026-12-01-h200-session9.md) and for writing K/V into the cache.
 
 Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
 """
@@ -9,17 +12,11 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
+from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
-from nvllm.ops.attention_ops import PagedBatch
+from nvllm.ops.attention_ops import PagedBatch, decode_kv_splits
 from nvllm.ops.paged_decode_attention import paged_decode_attention
-
-# Cascade's remainder pass in batches of at least this many rows runs nvllm's own Triton decode kernel,
-# which over short KV outruns flash-attn's (nvllm.ops.paged_decode_attention says why; measured on the
-# H200: experiments/results/2026-12-01-h200-session8.md). Smaller batches keep flash-attn, whose KV splits
-# serve a few long remainders that the Triton kernel would read in one program per row and KV head.
-PAGED_DECODE_MIN_ROWS = 64
 
 
 @triton.jit
@@ -65,26 +62,11 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
     )
 
 
-def _decode(query, k_cache, v_cache, seqlens_k, block_tables, kv_splits: int, scale: float, return_lse: bool):
-    return flash_attn_with_kvcache(
-        query.unsqueeze(1),
-        k_cache,
-        v_cache,
-        cache_seqlens=seqlens_k,
-        block_table=block_tables,
-        softmax_scale=scale,
-        causal=True,
-        num_splits=kv_splits,
-        return_softmax_lse=return_lse,
-    )
-
-
 def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
     if one_query_per_sequence(query.shape[0], batch.seqlens_k.shape[0]):
-        out = _decode(
-            query, k_cache, v_cache, batch.seqlens_k, batch.block_tables, batch.decode_kv_splits, scale, False
-        )
-        return out.squeeze(1)
+        tables = batch.block_tables
+        out, _ = decode_attention_with_lse(query, k_cache, v_cache, batch.seqlens_k, tables, scale)
+        return out
     cu_seqlens_k = F.pad(batch.seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
     return flash_attn_varlen_func(
         query,
@@ -120,9 +102,7 @@ def prefix_attention(
 
 
 def decode_attention_with_lse(
-    query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale
+    query, k_cache, v_cache, seqlens_k, block_tables, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if query.shape[0] >= PAGED_DECODE_MIN_ROWS:
-        return paged_decode_attention(query, k_cache, v_cache, seqlens_k, block_tables, scale)
-    out, lse = _decode(query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale, True)
-    return out.squeeze(1), lse.squeeze(-1)
+    splits = decode_kv_splits(query.shape[0], k_cache.shape[2])
+    return paged_decode_attention(query, k_cache, v_cache, seqlens_k, block_tables, scale, splits)

@@ -6,6 +6,10 @@ Over a short KV (cascade's remainders: a suffix and the tokens generated so far)
 loading its queries and writing its output, is most of its time, and so few blocks per SM leave the memory
 system idle. Here one program is a (sequence, KV head) too, but with its group's queries padded only to the
 tensor cores' 16 rows, so several programs share an SM and their loads overlap.
+
+A batch of a few sequences has too few (sequence, KV head) pairs to keep the GPU's memory system busy, so
+its KV can be cut into splits, one program each, whose partial outputs a second small kernel combines by
+their log-sum-exps (flash-decoding).
 """
 
 from __future__ import annotations
@@ -39,10 +43,16 @@ def _paged_decode_kernel(
     GROUP_ROWS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
 ):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
     seqlen = tl.load(seqlens_ptr + row)
+    # this split's KV tokens: a whole number of BLOCK_N tiles; splits past the end of a short row get none
+    split_len = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_start = split * split_len
+    split_end = tl.minimum(seqlen, split_start + split_len)
     group = tl.arange(0, GROUP_ROWS)
     dims = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + group
@@ -56,10 +66,10 @@ def _paged_decode_kernel(
     normaliser = tl.zeros([GROUP_ROWS], tl.float32)
     acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
     tokens = tl.arange(0, BLOCK_N)
-    for start in range(0, seqlen, BLOCK_N):
+    for start in range(split_start, split_end, BLOCK_N):
         block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
-        inside = start + tokens < seqlen
+        inside = start + tokens < split_end
         offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
         key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
         scores = tl.dot(query, tl.trans(key)) * scale
@@ -74,13 +84,48 @@ def _paged_decode_kernel(
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
+    # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
+    num_rows = tl.num_programs(0)
+    out_ptr += split * num_rows * out_row_stride
     tl.store(
         out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
         out.to(out_ptr.dtype.element_ty),
         mask=in_group[:, None],
     )
     lse = tl.where(attended, running_max + tl.log(safe_normaliser), float("-inf"))
-    tl.store(lse_ptr + row * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
+    lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
+    tl.store(lse_ptr + heads, lse, mask=in_group)
+
+
+@triton.jit
+def _combine_splits_kernel(
+    partial_out_ptr,
+    partial_lse_ptr,
+    out_ptr,
+    lse_ptr,
+    out_row_stride,
+    out_head_stride,
+    NUM_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+):
+    """One (row, head): the splits' partial outputs weighted by their share of the softmax's normaliser."""
+    row = tl.program_id(0)
+    head = tl.program_id(1)
+    num_rows = tl.num_programs(0)
+    splits = tl.arange(0, NUM_SPLITS)
+    dims = tl.arange(0, HEAD_DIM)
+    partial_rows = (splits * num_rows + row) * NUM_HEADS + head
+    partial_lse = tl.load(partial_lse_ptr + partial_rows)
+    lse_max = tl.max(partial_lse, 0)
+    safe_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # no split attended: zeros and -inf
+    weights = tl.exp(partial_lse - safe_max)
+    total = tl.sum(weights, 0)
+    partial_out = tl.load(partial_out_ptr + partial_rows[:, None] * HEAD_DIM + dims[None, :])
+    out = tl.sum(partial_out * weights[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + row * out_row_stride + head * out_head_stride + dims, out.to(out_ptr.dtype.element_ty))
+    lse = tl.where(total > 0, safe_max + tl.log(total), float("-inf"))
+    tl.store(lse_ptr + row * NUM_HEADS + head, lse)
 
 
 def paged_decode_attention(
@@ -90,30 +135,37 @@ def paged_decode_attention(
     seqlens_k: torch.Tensor,
     block_tables: torch.Tensor,
     scale: float,
+    num_splits: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
-    `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`). Returns the output and the
-    natural-log log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
+    `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`), each row's KV in `num_splits`
+    parts (a power of two) read by programs of their own. Returns the output and the natural-log
+    log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert query.stride(-1) == 1 and block_tables.stride(-1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert block_size % BLOCK_N == 0 and head_dim == triton.next_power_of_2(head_dim)
+    assert num_splits >= 1 and num_splits == triton.next_power_of_2(num_splits)
     group = num_heads // num_kv_heads
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     lse = torch.empty((rows, num_heads), dtype=torch.float32, device=query.device)
-    _paged_decode_kernel[(rows, num_kv_heads)](
+    split_out, split_lse = out, lse
+    if num_splits > 1:
+        split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
+        split_lse = lse.new_empty((num_splits, rows, num_heads))
+    _paged_decode_kernel[(rows, num_kv_heads, num_splits)](
         query,
         k_cache,
         v_cache,
         block_tables,
         seqlens_k,
-        out,
-        lse,
+        split_out,
+        split_lse,
         query.stride(0),
         query.stride(1),
-        out.stride(0),
-        out.stride(1),
+        split_out.stride(-3),
+        split_out.stride(-2),
         block_tables.stride(0),
         scale,
         BLOCK_SIZE=block_size,
@@ -122,7 +174,20 @@ def paged_decode_attention(
         GROUP_ROWS=max(MIN_QUERY_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
         BLOCK_N=BLOCK_N,
+        NUM_SPLITS=num_splits,
         num_warps=4,
         num_stages=2,
     )
+    if num_splits > 1:
+        _combine_splits_kernel[(rows, num_heads)](
+            split_out,
+            split_lse,
+            out,
+            lse,
+            out.stride(0),
+            out.stride(1),
+            NUM_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            NUM_SPLITS=num_splits,
+        )
     return out, lse

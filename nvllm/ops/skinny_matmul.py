@@ -53,20 +53,21 @@ def _skinny_matmul_kernel(
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
 
 # Per weight shape (n, k), the fastest configuration `experiments/skinny_matmul_bench.py` found on the H200
-# (its numbers: experiments/results/2026-11-29-h200-session3.md); None where cuBLAS was faster. Other shapes
-# get DEFAULT_CONFIG.
+# with the weight read from memory, as in a model's step (its numbers:
+# experiments/results/2026-12-01-h200-session9.md); None where cuBLAS is faster. Other shapes get
+# DEFAULT_CONFIG.
 CONFIGS: dict[tuple[int, int], Config | None] = {
     # Qwen3-0.6B: qkv, o, gate_up, down, LM head
-    (4096, 1024): None,
-    (1024, 2048): (16, 256, 4, 3),
-    (6144, 1024): (64, 256, 4, 3),
-    (1024, 3072): None,
-    (151936, 1024): (64, 256, 4, 3),
+    (4096, 1024): (32, 128, 4, 5),
+    (1024, 2048): (16, 512, 4, 3),
+    (6144, 1024): (64, 128, 4, 5),
+    (1024, 3072): (16, 512, 4, 4),
+    (151936, 1024): (64, 128, 4, 4),
     # Qwen3-8B: qkv, o, gate_up, down, LM head
     (6144, 4096): (64, 256, 4, 4),
-    (4096, 4096): None,
+    (4096, 4096): (32, 512, 4, 4),
     (24576, 4096): (64, 128, 4, 3),
-    (4096, 12288): (32, 256, 4, 4),
+    (4096, 12288): (32, 512, 4, 4),
     (151936, 4096): (64, 256, 4, 3),
 }
 DEFAULT_CONFIG: Config = (32, 256, 4, 4)

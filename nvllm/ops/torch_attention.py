@@ -86,7 +86,7 @@ def prefix_attention(
 
 
 def decode_attention_with_lse(
-    query, k_cache, v_cache, seqlens_k, block_tables, decode_kv_splits, scale
+    query, k_cache, v_cache, seqlens_k, block_tables, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out = query.new_zeros(query.shape)
     lse = torch.full(query.shape[:2], float("-inf"), device=query.device)
