@@ -2,8 +2,8 @@
 Triton kernel (`nvllm.ops.paged_decode_attention`) in its, over batch rows x context lengths (each row's
 length drawn from [length / 2, length]), for Qwen3-0.6B's and Qwen3-8B's heads (16 and 32 queries over 8
 KV heads of 128; KV blocks of 256 tokens). Each time is one call inside a CUDA graph, its KV read from
-memory (`experiments.skinny_matmul_bench.time_us`). What `FlashAttnBackend.decode_kv_splits` and the
-Triton kernel's share of decode steps are chosen by.
+memory (`experiments.skinny_matmul_bench.time_us`). What decode's kernel (the Triton one) and its split
+rule (`FlashAttnBackend.decode_kv_splits`) are chosen by.
 
 `python -m experiments.decode_attention_bench`"""
 

@@ -134,11 +134,13 @@ def test_auto_backend_on_cuda_rejects_block_sizes_flash_attn_cannot_serve(monkey
     assert resolve_backend("auto", "cpu", 16) is TorchBackend
 
 
-def test_decode_kv_splits_fill_the_gpu_with_about_512_programs_in_powers_of_two():
-    from nvllm.ops.attention_ops import decode_kv_splits
+def test_flash_attn_decode_kv_splits_fill_the_gpu_with_about_512_programs_in_powers_of_two():
+    from nvllm.attention import FlashAttnBackend, TorchBackend
 
+    splits = FlashAttnBackend.decode_kv_splits
     # rows x KV heads x splits ~ 512, at most 32 splits, at least 1
-    assert [decode_kv_splits(rows, 8) for rows in (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 512)] == [
+    assert [splits(rows, 8) for rows in (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 512)] == [
         32, 32, 16, 16, 8, 4, 2, 2, 1, 1, 1,
     ]  # fmt: skip
-    assert [decode_kv_splits(rows, 4) for rows in (1, 4, 8, 128)] == [32, 32, 16, 1]  # 8 KV heads over TP=2
+    assert [splits(rows, 4) for rows in (1, 4, 8, 128)] == [32, 32, 16, 1]  # 8 KV heads over TP=2
+    assert TorchBackend.decode_kv_splits(1, 8) == 1  # the reference reads each row's KV whole

@@ -8,7 +8,7 @@ import torch
 import torch._dynamo.utils
 
 from nvllm import SamplingParams
-from nvllm.attention import cascade
+from nvllm.attention import FlashAttnBackend, TorchBackend, cascade
 from nvllm.engine import graph_runner
 from nvllm.engine.graph_runner import GraphRunner
 from tests.engine_utils import random_prompt, tiny_llm
@@ -34,6 +34,13 @@ class ReplayedOnTheHost:
 
 def kv_heads(runner) -> int:
     return runner.config.model.num_key_value_heads  # one rank: all of them
+
+
+class SplittingTorchBackend(TorchBackend):
+    """The torch backend (which has nothing to split) choosing decode KV splits as flash-attn does, so that
+    graphs whose decode attention runs other kernels are told apart."""
+
+    decode_kv_splits = FlashAttnBackend.decode_kv_splits
 
 
 @pytest.fixture
@@ -98,8 +105,9 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatc
         expected = llm.generate(prompts, params, use_tqdm=False)
         runner = llm.model_runner
         llm.inputs.decode_batch_sizes = [2, 4, 8]
+        backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len, "on")
         runner.graph_runner = graphs = GraphRunner(
-            runner.model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
+            runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
         )
         got = llm.generate(prompts, params, use_tqdm=False)
         replays = {key: graph.replays for key, graph in graphs.graphs.items()}  # before shutdown frees them

@@ -65,6 +65,13 @@ class AttentionBackend:
                 "for other sizes"
             )
 
+    @classmethod
+    def decode_kv_splits(cls, num_rows: int, num_kv_heads: int) -> int:
+        """How many parts a decode step of `num_rows` rows cuts each row's KV into (its kernels read them
+        apart and combine them). A function of the shapes alone, so that every replay of a CUDA graph runs
+        the kernels it was recorded with."""
+        return 1
+
     def cascade_plan(self, block_tables: np.ndarray, step_seqlens_k: np.ndarray) -> CascadePlan | None:
         """The cascade plan of a decode round (block tables `[rows, width]`, lengths `[steps, rows]`), or
         None where `attention.cascade` finds no group that pays."""

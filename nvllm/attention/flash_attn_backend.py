@@ -7,6 +7,14 @@ import torch
 
 from nvllm.attention.backend import AttentionBackend
 
+# A decode step's KV is cut into splits, each read by a program of its own (one per row, KV head and split),
+# until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
+# while more splits than that only add partial results to combine. Measured on the H200, over 1 to 256
+# rows and contexts of 256 to 4096 tokens (`python -m experiments.decode_attention_bench`):
+# experiments/results/2026-12-01-h200-session9.md.
+DECODE_PROGRAMS = 512
+MAX_DECODE_KV_SPLITS = 32
+
 
 class FlashAttnBackend(AttentionBackend):
     name = "flash_attn"
@@ -22,3 +30,9 @@ class FlashAttnBackend(AttentionBackend):
         except ImportError:
             return False
         return True
+
+    @classmethod
+    def decode_kv_splits(cls, num_rows: int, num_kv_heads: int) -> int:
+        """A power of two: rows x KV heads x splits about DECODE_PROGRAMS."""
+        splits = min(MAX_DECODE_KV_SPLITS, DECODE_PROGRAMS // (num_rows * num_kv_heads))
+        return 1 << (splits.bit_length() - 1) if splits > 1 else 1

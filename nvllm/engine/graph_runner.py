@@ -18,7 +18,6 @@ from nvllm.attention.cascade import CascadePlan, empty_plan
 from nvllm.attention.padding import MIN_SIZE
 from nvllm.config import EngineConfig
 from nvllm.engine.step_inputs import StepInputs, dummy_step
-from nvllm.ops.attention_ops import decode_kv_splits
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
 from nvllm.transfer import copy_from_host, to_device
 
@@ -107,14 +106,13 @@ def enclosing(plans: list[CascadePlan], name: str, device) -> torch.Tensor:
     return torch.zeros(max(tensor.numel() for tensor in tensors), dtype=tensors[0].dtype, device=device)
 
 
-def warm_up_class(kind: str, num_rows: int, num_kv_heads: int) -> tuple:
+def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:
     """Graphs of one class launch the same kernels, so only the first of them needs a run outside the
     capture (a capture cannot wait for the device, as a kernel's first launch may: Triton compiles it and
     autotunes it there). A class is a graph's kind, how many splits its decode attention cuts the KV into,
     whether its rows take the skinny matmul, and whether their count is a multiple of 16 (Triton compiles a
     kernel apart for each)."""
-    splits = decode_kv_splits(num_rows, num_kv_heads) if kind != "prefill" else 0
-    return kind, splits, num_rows <= SKINNY_MAX_ROWS, num_rows % 16 == 0
+    return kind, kv_splits, num_rows <= SKINNY_MAX_ROWS, num_rows % 16 == 0
 
 
 class GraphRunner:
@@ -168,7 +166,8 @@ class GraphRunner:
 
         def capture(key: tuple, forward: Callable, args: tuple, num_rows: int) -> None:
             nonlocal pool
-            warm_up = warm_up_class(key[0], num_rows, num_kv_heads)
+            splits = backend.decode_kv_splits(num_rows, num_kv_heads) if key[0] != "prefill" else 0
+            warm_up = warm_up_class(key[0], num_rows, splits)
             graph, self.logits[key] = record(forward, args, pool, warm_up not in warmed_up)
             warmed_up.add(warm_up)
             self.graphs[key], pool = graph, graph.pool()

@@ -28,22 +28,6 @@ class PagedBatch(NamedTuple):
     max_seqlen_k: int
 
 
-# A decode step's KV is cut into splits, each read by a program of its own (one per row, KV head and split),
-# until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
-# while more splits than that only add partial results to combine. Measured on the H200, over 1 to 256
-# rows and contexts of 256 to 4096 tokens (`python -m experiments.decode_attention_bench`):
-# experiments/results/2026-12-01-h200-session9.md.
-DECODE_PROGRAMS = 512
-MAX_DECODE_KV_SPLITS = 32
-
-
-def decode_kv_splits(num_rows: int, num_kv_heads: int) -> int:
-    """How many splits a decode step of `num_rows` rows cuts each row's KV into: a power of two. A function
-    of the shapes alone, so that every replay of a CUDA graph runs the kernels it was recorded with."""
-    splits = min(MAX_DECODE_KV_SPLITS, DECODE_PROGRAMS // (num_rows * num_kv_heads))
-    return 1 << (splits.bit_length() - 1) if splits > 1 else 1
-
-
 def _flash_attention_module():
     from nvllm.ops import flash_attention  # imports flash_attn: only where that is installed
 

@@ -15,7 +15,8 @@ import triton.language as tl
 from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
-from nvllm.ops.attention_ops import PagedBatch, decode_kv_splits
+from nvllm.attention.flash_attn_backend import FlashAttnBackend
+from nvllm.ops.attention_ops import PagedBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 
 
@@ -104,5 +105,5 @@ def prefix_attention(
 def decode_attention_with_lse(
     query, k_cache, v_cache, seqlens_k, block_tables, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    splits = decode_kv_splits(query.shape[0], k_cache.shape[2])
+    splits = FlashAttnBackend.decode_kv_splits(query.shape[0], k_cache.shape[2])
     return paged_decode_attention(query, k_cache, v_cache, seqlens_k, block_tables, scale, splits)
