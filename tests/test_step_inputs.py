@@ -48,7 +48,6 @@ def test_decode_round_positions_slots_and_lengths_step_by_step():
         [23, -1, -1, -1],
     ]
     assert [step.seqlens_k.tolist() for step in steps] == [[6, 3, 1, 0], [7, 3, 2, 0], [8, 3, 2, 0]]
-    assert [step.longest_context for step in steps] == [6, 7, 8]
     assert steps[0].block_tables.tolist()[:3] == [[3, 5] + [0] * 6, [7] + [0] * 7, [9] + [0] * 7]
     assert steps[0].max_seqlen_k == 32  # fixed, so that the batch size alone picks a CUDA graph
 

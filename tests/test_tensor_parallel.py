@@ -204,7 +204,6 @@ def test_the_largest_step_the_config_allows_fits_the_buffer(overrides):
         max_seqlen_k=sched.max_model_len,
         logits_indices=torch.zeros(seqs, dtype=torch.int64),
         is_prefill=True,
-        longest_context=sched.max_model_len,
     )
     packed = pack_inputs(largest, width)
     assert len(pickle.dumps([packed], protocol=pickle.HIGHEST_PROTOCOL)) <= message_capacity(config)

@@ -1,9 +1,8 @@
 """CUDA graphs recorded by hand around the compiled model: decode steps per padded batch size (with or
-without cascade attention), small prefill steps per token bucket. A step that
-one of them holds is: copy its inputs into the graphs' static buffers, replay. Replaying a
-`torch.cuda.CUDAGraph` goes through neither dynamo's guards nor inductor's graph-tree bookkeeping, which
-cost more host time per step than a small decode step takes on the GPU
-(experiments/results/2026-11-29-h200-qwen3-0.6b.md)."""
+without cascade attention), small prefill steps per token bucket. A step that one of them holds is: copy
+its inputs into the graphs' static buffers, replay. Replaying a `torch.cuda.CUDAGraph` goes through
+neither dynamo's guards nor inductor's graph-tree bookkeeping, which cost more host time per step than a
+small decode step takes on the GPU (experiments/results/2026-11-29-h200-qwen3-0.6b.md)."""
 
 from __future__ import annotations
 
@@ -142,9 +141,9 @@ class GraphRunner:
             self.static["decode"] = self._static_buffers(
                 dummy_step(backend, decode_sizes[-1], decode_sizes[-1])
             )
-        # Cascade steps get graphs of their own, keyed by batch size only: the groups, their
-        # sizes and prefix lengths are tensors, bounded by the batch size (queries in a group), max_model_len
-        # (a prefix) and MAX_CASCADE_GROUPS, so one graph per size serves every plan.
+        # Cascade steps get graphs of their own, keyed by batch size only: the groups, their sizes and prefix
+        # lengths are tensors, bounded by the batch size (queries in a group), max_model_len (a prefix) and
+        # MAX_CASCADE_GROUPS, so one graph per size serves every plan.
         cascade = backend.cascade != "off" and bool(decode_sizes)
         if cascade:
             plans = [empty_plan(size, backend.block_table_width, size) for size in decode_sizes]

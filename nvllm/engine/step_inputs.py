@@ -44,8 +44,6 @@ class StepInputs:
     max_seqlen_k: int
     logits_indices: torch.Tensor  # the rows whose logits are computed (in decode: every row)
     is_prefill: bool
-    # the most tokens any sequence attends to (decode's `max_seqlen_k` stays at max_model_len for its graphs)
-    longest_context: int
     # decode: the round's prefix groups, where cascade attention serves them (shared by its steps)
     cascade: CascadePlan | None = None
     # a batch's first step: KV blocks to copy before it runs, [copies, 2] (source, destination) rows
@@ -147,7 +145,6 @@ class StepInputBuilder:
             max_seqlen_k=padded_size(max(seqlens_k)),
             logits_indices=torch.tensor(padded(logits_indices, num_logits, 0), dtype=torch.int64),
             is_prefill=True,
-            longest_context=max(seqlens_k),
         )
 
     def decode_batch_size(self, num_seqs: int) -> int:
@@ -190,7 +187,6 @@ class StepInputBuilder:
         all_slots = padded_steps(slots, -1, torch.int64)
         all_seqlens = padded_steps(positions + 1, 0, torch.int32)
         all_sampled_rows = padded_steps(sampled_rows, self.scratch_row, torch.int64)
-        longest = (positions.max(axis=1) + 1).tolist()
         cascade = self.backend.cascade_plan(block_tables, all_seqlens.numpy())
         shared = dict(
             input_ids=None,
@@ -209,7 +205,6 @@ class StepInputBuilder:
                 slot_mapping=all_slots[step],
                 seqlens_k=all_seqlens[step],
                 sampled_rows=all_sampled_rows[step],
-                longest_context=longest[step],
                 **shared,
             )
             for step in range(num_steps)
@@ -241,7 +236,6 @@ def dummy_step(
         max_seqlen_k=backend.max_model_len if not is_prefill else padded_size(max(lengths)),
         logits_indices=torch.tensor(cu_seqlens[1:] - 1, dtype=torch.int64),
         is_prefill=is_prefill,
-        longest_context=max(lengths),
         cascade=(
             empty_plan(num_seqs, backend.block_table_width, num_seqs) if cascade and not is_prefill else None
         ),
