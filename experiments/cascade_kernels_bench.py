@@ -1,9 +1,11 @@
 """The two kernels of a cascade decode step on the GPU, per layer, for the Qwen3-0.6B attention shape (16
-query heads, 8 KV heads of 128, KV blocks of 256 tokens). Each time is one call inside a CUDA graph.
+query heads, 8 KV heads of 128, KV blocks of 256 tokens). Each time is one call inside a CUDA graph, its
+inputs read from memory (`experiments.skinny_matmul_bench.time_us`).
 
 - The remainder pass (each row's one query over its own few blocks): flash-attn's decode kernel against
-  nvllm's Triton kernel (`nvllm.ops.paged_decode_attention`), over batch rows x remainder lengths, each
-  row's length drawn from [length / 2, length]. What `PAGED_DECODE_MIN_ROWS` is chosen by.
+  nvllm's Triton kernel (`nvllm.ops.paged_decode_attention`, in one KV split), over batch rows x remainder
+  lengths, each row's length drawn from [length / 2, length]. `experiments.decode_attention_bench` times
+  both in every split count.
 - The prefix pass (a group's queries over its shared prefix, one varlen sequence per chunk): the prefix
   whole and cut into chunks, over groups x rows per group x prefix lengths. What
   `nvllm.attention.cascade.PREFIX_CHUNKS_BY_ROWS` is chosen by.

@@ -18,23 +18,18 @@ import argparse
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from omegaconf import OmegaConf
 
 from experiments.config import workload_config
 from experiments.workload import make_requests
 from nvllm.config import ModelConfig, to_dataclass
+from nvllm.engine.model_runner import DTYPES
 from nvllm.run import compose_config
 from nvllm.utilization import DevicePeak, ModelWork, peak_of_name
 
-DTYPES = {
-    "auto": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
-}
-# (bandwidth, FLOP/s) shares: the peaks, and what good kernels reach on an H200 (decode attention and
-# matmuls stream at ~4.2 of 4.8 TB/s; large bf16 matmuls run at ~70 % of the dense peak)
+# (bandwidth, FLOP/s) shares: the peaks, and about what the best kernels measured on the H200 reach
+# (decode attention and small-batch matmuls streaming; large bf16 matmuls), per
+# experiments/results/2026-12-01-h200-session9.md
 SHARES = ((1.0, 1.0), (0.875, 0.7))
 
 
@@ -85,7 +80,7 @@ def main() -> None:
         raise SystemExit(f"--device {arguments.device!r}: no peak known (see nvllm.utilization.PEAKS)")
     cfg = compose_config(overrides)
     model = to_dataclass(ModelConfig, OmegaConf.to_container(cfg.model, resolve=True))
-    work = ModelWork.of(model, DTYPES[model.dtype])
+    work = ModelWork.of(model, DTYPES["bfloat16" if model.dtype == "auto" else model.dtype])  # auto on a GPU
     prompts, params = make_requests(workload_config(cfg), model.vocab_size)
     lengths = [(len(prompt), p.max_tokens) for prompt, p in zip(prompts, params)]
     print(

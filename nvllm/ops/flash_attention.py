@@ -1,7 +1,7 @@
 """The CUDA backend: flash-attn's varlen attention over the paged cache for prefill and cascade's prefix
-pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`: faster than flash-attn's decode
-kernel at every batch size but for a few dozen rows over short contexts, by 1-2 µs a layer, measured on the
-H200: experiments/results/2026-12-01-h200-session9.md) and for writing K/V into the cache.
+pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`, which outran flash-attn's
+decode kernel on all but a few batch shapes: experiments/results/2026-12-01-h200-session9.md) and for
+writing K/V into the cache.
 
 Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
 """

@@ -2,10 +2,10 @@
 
 flash-attn's decode kernel gives each (sequence, KV head) a thread block of 64 query rows, of which a
 grouped-query head fills only the group's few, and enough shared memory that two such blocks fit on an SM.
-Over a short KV (cascade's remainders: a suffix and the tokens generated so far) each block's fixed work,
-loading its queries and writing its output, is most of its time, and so few blocks per SM leave the memory
-system idle. Here one program is a (sequence, KV head) too, but with its group's queries padded only to the
-tensor cores' 16 rows, so several programs share an SM and their loads overlap.
+Over a short KV (early decode steps, cascade's remainders) each block's fixed work, loading its queries
+and writing its output, is most of its time, and so few blocks per SM leave the memory system idle. Here
+one program is a (sequence, KV head) too, but with its group's queries padded only to the tensor cores' 16
+rows, so several programs share an SM and their loads overlap.
 
 A batch of a few sequences has too few (sequence, KV head) pairs to keep the GPU's memory system busy, so
 its KV can be cut into splits, one program each, whose partial outputs a second small kernel combines by
