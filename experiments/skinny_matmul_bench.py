@@ -1,16 +1,19 @@
 """Small-batch matmul kernels on the GPU: cuBLAS (`F.linear`) against `skinny_matmul` in each of its block
-configurations, for Qwen3-0.6B's and -8B's weight shapes; prints a table and the best configuration per
-shape (what `nvllm.ops.skinny_matmul.CONFIGS` holds). Each time is one call inside a CUDA graph of 20
-calls, replayed 10 times, each call after a read of a buffer larger than the L2 cache (the read's own time
-taken off): in a model's step every weight is read once, with the other layers' in between, so a weight
-never is in the L2 when its matmul starts.
+configurations, for Qwen3-0.6B's and -8B's weight shapes; prints a table
+and the best configuration per shape (what `nvllm.ops.skinny_matmul.CONFIGS` holds). With `--gated`, the
+MLP's gate/up projections with their activation (`GATED_CONFIGS`): cuBLAS, or the plain skinny matmul in
+the table's configuration, then the activation's kernel, against the skinny matmul with the activation in
+its epilogue. Each time is one call inside a CUDA graph of 20 calls, replayed 10 times, each call after a
+read of a buffer larger than the L2 cache (the read's own time taken off): in a model's step every weight
+is read once, with the other layers' in between, so a weight never is in the L2 when its matmul starts.
 
-`python -m experiments.skinny_matmul_bench`"""
+`python -m experiments.skinny_matmul_bench [--gated]`"""
 
 from __future__ import annotations
 
 import functools
 import itertools
+import sys
 from collections.abc import Callable
 from functools import partial
 
@@ -18,14 +21,14 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from nvllm.ops.skinny_matmul import skinny_matmul
+from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
 SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
     "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
     "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096)],
 }
-ROWS = (2, 8, 16)
-CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4, 5)))
+ROWS = (1, 2, 8, 16)
+CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5)))
 
 
 def graph_time_us(fn, calls: int = 20, replays: int = 10) -> float:
@@ -55,12 +58,31 @@ def l2_evicting_read() -> Callable[[], torch.Tensor]:
     return buffer.sum
 
 
+@functools.cache
+def eviction_us() -> float:
+    """The evicting read's own time, taken off each timed call."""
+    return graph_time_us(l2_evicting_read())
+
+
 def time_us(fn, cold_l2: bool = True) -> float:
     """µs per call of `fn`; `cold_l2`: its inputs read from memory, not from the L2 cache."""
     if not cold_l2:
         return graph_time_us(fn)
     evict = l2_evicting_read()
-    return graph_time_us(lambda: (evict(), fn())) - graph_time_us(evict)
+    return graph_time_us(lambda: (evict(), fn())) - eviction_us()
+
+
+def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]:
+    """The configuration with the least time summed over `ROWS` of `run(x, config=...)`: (that sum, it, its
+    time per row count)."""
+    timed = []
+    for config in configs:
+        try:
+            times = {m: time_us(partial(run, xs[m], config=config)) for m in ROWS}
+        except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
+            continue
+        timed.append((sum(times.values()), config, times))
+    return min(timed)
 
 
 def best_configs() -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
@@ -72,25 +94,55 @@ def best_configs() -> dict[tuple[int, int], tuple[tuple[int, int, int, int], flo
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
             cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
-            timed = []
-            for config in CONFIGS:
-                try:
-                    times = {m: time_us(partial(skinny_matmul, xs[m], weight, config)) for m in ROWS}
-                except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
-                    continue
-                timed.append((sum(times.values()), config, times))
-            total, config, times = min(timed)
+            run = partial(skinny_matmul, weight=weight)
+            total, config, times = fastest(run, CONFIGS, xs)
             gb = n * k * 2 / 1e9
             print(
                 f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
                 + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
-                + f" | best {config} = {gb / times[2] * 1e6 / 1e3:.2f} TB/s at M=2",
+                + f" | best {config} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1",
                 flush=True,
             )
             best[(n, k)] = (config, total, sum(cublas.values()))
     return best
 
 
+def activated(matmul: Callable, x) -> torch.Tensor:
+    """The unfused gate/up projection: the matmul, then the activation's kernel."""
+    from nvllm.ops.silu_and_mul import silu_and_mul
+
+    return silu_and_mul(matmul(x))
+
+
+def gated_projections() -> None:
+    """µs per call of the gate/up projection and its activation: cuBLAS then the activation's kernel, the
+    plain skinny matmul in the table's configuration then the activation's kernel, and the skinny matmul
+    with the activation in its epilogue in each configuration."""
+    torch.manual_seed(0)
+    for model, shapes in SHAPES.items():
+        n, k = shapes[2]
+        weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
+        cublas = {m: time_us(partial(activated, partial(F.linear, weight=weight), xs[m])) for m in ROWS}
+        plain_matmul = partial(skinny_matmul, weight=weight, config=skinny_config(n, k))
+        plain = {m: time_us(partial(activated, plain_matmul, xs[m])) for m in ROWS}
+        run = partial(skinny_matmul, weight=weight, gated=True)
+        total, config, fused = fastest(run, CONFIGS, xs)
+        print(
+            f"{model} gate_up {n}x{k}: "
+            + " ".join(
+                f"M={m} cublas+act {cublas[m]:.1f}us skinny+act {plain[m]:.1f}us fused {fused[m]:.1f}us"
+                for m in ROWS
+            )
+            + f" | best fused {config}",
+            flush=True,
+        )
+        print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
+
+
 if __name__ == "__main__":
-    for shape, (config, skinny_us, cublas_us) in best_configs().items():
-        print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")
+    if sys.argv[1:] == ["--gated"]:
+        gated_projections()
+    else:
+        for shape, (config, skinny_us, cublas_us) in best_configs().items():
+            print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")

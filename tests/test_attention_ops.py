@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import nvllm.ops  # noqa: F401
+from nvllm.ops.torch_attention import store_kvcache
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 4, 2, 16
 
@@ -50,7 +51,7 @@ def run_paged_batch(
         key, value = randn(total, NUM_KV_HEADS, head_dim), randn(total, NUM_KV_HEADS, head_dim)
         query = randn(num_new, NUM_HEADS, head_dim)
         cached = seq_slots[:num_cached].to(device)
-        torch.ops.nvllm.store_kvcache(key[:num_cached], value[:num_cached], k_cache, v_cache, cached, backend)
+        store_kvcache(key[:num_cached], value[:num_cached], k_cache, v_cache, cached)
         queries.append(query)
         slots.append(seq_slots[num_cached:])
         new_kv = (key[num_cached:], value[num_cached:])
@@ -62,9 +63,7 @@ def run_paged_batch(
     value_new = torch.cat([r[3][1] for r in references])
     slot_mapping = torch.cat(slots + [torch.tensor([-1, -1])]).to(device)  # two padded tokens write nothing
     pad = torch.zeros(2, NUM_KV_HEADS, head_dim, device=device, dtype=dtype)
-    torch.ops.nvllm.store_kvcache(
-        torch.cat([key_new, pad]), torch.cat([value_new, pad]), k_cache, v_cache, slot_mapping, backend
-    )
+    store_kvcache(torch.cat([key_new, pad]), torch.cat([value_new, pad]), k_cache, v_cache, slot_mapping)
     out = torch.ops.nvllm.attention(
         torch.cat(queries),
         k_cache,
@@ -93,16 +92,6 @@ def test_mixed_prefill_prefix_and_decode_batch_matches_dense(block_size):
 def test_decode_batch_matches_dense():
     out, reference = run_paged_batch([(10, 1), (3, 1), (40, 1), (0, 1)], block_size=8)
     torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-
-
-def test_padded_slots_write_nothing():
-    k_cache = torch.zeros(2, 4, NUM_KV_HEADS, HEAD_DIM)
-    v_cache = torch.zeros_like(k_cache)
-    key = torch.ones(3, NUM_KV_HEADS, HEAD_DIM)
-    torch.ops.nvllm.store_kvcache(key, 2 * key, k_cache, v_cache, torch.tensor([5, -1, 0]), "torch")
-    assert k_cache.view(-1, NUM_KV_HEADS, HEAD_DIM)[[0, 5]].eq(1).all()
-    assert v_cache.view(-1, NUM_KV_HEADS, HEAD_DIM)[[0, 5]].eq(2).all()
-    assert k_cache.view(-1, NUM_KV_HEADS, HEAD_DIM).abs().sum() == 2 * NUM_KV_HEADS * HEAD_DIM
 
 
 @pytest.mark.gpu

@@ -1,13 +1,14 @@
-"""`nvllm::linear`: the skinny Triton matmul that small decode batches take, against an fp32 matmul; the
-layers take the op only inside compiled graphs."""
+"""`nvllm::linear` and `nvllm::linear_silu_mul`: the skinny Triton matmul that small decode batches take
+(plain, and with the SwiGLU activation in its epilogue), against an fp32
+matmul; the layers take the ops only inside compiled graphs."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from nvllm.layers.linear import ColumnParallelLinear
+from nvllm.layers.linear import ColumnParallelLinear, GateUpSiluParallelLinear
 from nvllm.ops import linear_ops
-from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, uses_skinny_matmul
+from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, linear_silu_mul, uses_skinny_matmul
 
 # Qwen3-0.6B's and -8B's layer matmuls and LM head (out, in), and an odd shape that needs every mask
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024), (6144, 4096), (1000, 200)]
@@ -61,16 +62,79 @@ def test_skinny_matmul_matches_a_float32_matmul(out_features, in_features):
     )
 
 
+def silu_mul_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    gate, up = F.linear(x.double(), weight.double()).chunk(2, -1)
+    return F.silu(gate) * up
+
+
+def test_linear_silu_mul_on_the_cpu_is_the_matmul_then_the_activation():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 24), torch.randn(2 * 7, 24)
+    got = linear_silu_mul(x, weight)
+    assert got.shape == (5, 7)
+    torch.testing.assert_close(got, silu_mul_reference(x, weight).float())
+    # bf16: the matmul rounded, then the activation in fp32 until the product and rounded once (as inductor's
+    # fused kernel computes it)
+    half_x, half_weight = x.bfloat16(), weight.bfloat16()
+    gate, up = F.linear(half_x, half_weight).float().chunk(2, -1)
+    once = (F.silu(gate) * up).bfloat16()
+    torch.testing.assert_close(linear_silu_mul(half_x, half_weight), once, atol=0, rtol=0)
+
+
+def test_compiled_mlp_projection_calls_the_gated_op_and_eager_the_matmul_then_the_activation(monkeypatch):
+    layer = GateUpSiluParallelLinear(8, 3)
+    layer.weight.data.normal_()
+    x = torch.randn(6, 8)
+    ops_in_graph = []
+
+    def record_ops(graph_module, example_inputs):
+        ops_in_graph.extend(node.target for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module.forward
+
+    expected = silu_mul_reference(x, layer.weight).float()
+    torch.testing.assert_close(torch.compile(layer, backend=record_ops, fullgraph=True)(x), expected)
+    assert torch.ops.nvllm.linear_silu_mul.default in ops_in_graph
+
+    def no_op_in_eager(*args):
+        raise AssertionError("an eager layer went through nvllm::linear_silu_mul")
+
+    monkeypatch.setattr(linear_ops, "linear_silu_mul", no_op_in_eager)
+    torch.testing.assert_close(layer(x), expected)
+
+
 @pytest.mark.gpu
 def test_every_chosen_skinny_configuration_computes_the_matmul():
-    """Each block configuration the table picks, run directly (`linear` may leave a shape to cuBLAS)."""
-    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, skinny_matmul
+    """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
+    and with the activation."""
+    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, GATED_CONFIGS, skinny_matmul
 
     torch.manual_seed(0)
-    weight = torch.randn(1000, 520, device="cuda", dtype=torch.bfloat16) / 520**0.5  # every mask in play
-    x = torch.randn(SKINNY_MAX_ROWS, 520, device="cuda", dtype=torch.bfloat16)
-    for config in {c for c in CONFIGS.values() if c is not None} | {DEFAULT_CONFIG}:
+    weight = torch.randn(1000, 1560, device="cuda", dtype=torch.bfloat16) / 1560**0.5  # every mask in play
+    x = torch.randn(SKINNY_MAX_ROWS, 1560, device="cuda", dtype=torch.bfloat16)
+    chosen = {c for table in (CONFIGS, GATED_CONFIGS) for c in table.values() if c is not None}
+    for config in chosen | {DEFAULT_CONFIG}:
         for num_rows in (1, 2, SKINNY_MAX_ROWS):
-            got = skinny_matmul(x[:num_rows], weight, config).float()
             expected = F.linear(x[:num_rows].float(), weight.float())
-            torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=f"{config}, {num_rows} rows")
+            gated = silu_mul_reference(x[:num_rows], weight).float()
+            for _ in range(2):
+                got = skinny_matmul(x[:num_rows], weight, config).float()
+                torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=f"{config}, {num_rows}")
+                got = skinny_matmul(x[:num_rows], weight, config, gated=True).float()
+                torch.testing.assert_close(
+                    got, gated, atol=2e-2, rtol=1e-2, msg=f"gated {config}, {num_rows}"
+                )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("intermediate, hidden", [(3072, 1024), (12288, 4096), (500, 520)])
+def test_linear_silu_mul_matches_a_float32_reference(intermediate, hidden):
+    """The skinny kernel with the activation in its epilogue (up to 16 rows), then cuBLAS and the activation
+    kernel."""
+    torch.manual_seed(0)
+    weight = torch.randn(2 * intermediate, hidden, device="cuda", dtype=torch.bfloat16) / hidden**0.5
+    for num_rows in (1, 2, 5, 16, SKINNY_MAX_ROWS + 1, 300):
+        x = torch.randn(num_rows, hidden, device="cuda", dtype=torch.bfloat16)
+        got = linear_silu_mul(x, weight)
+        assert got.dtype == torch.bfloat16 and got.shape == (num_rows, intermediate)
+        expected = silu_mul_reference(x, weight).float()
+        torch.testing.assert_close(got.float(), expected, atol=2e-2, rtol=1e-2, msg=f"{num_rows} rows")

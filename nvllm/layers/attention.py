@@ -6,10 +6,13 @@ from torch import nn
 import nvllm.ops  # noqa: F401  (registers torch.ops.nvllm.*)
 from nvllm.attention.backend import AttentionMetadata
 from nvllm.layers.cascade_attention import cascade_attention
+from nvllm.layers.norm import RMSNorm
+from nvllm.layers.rotary import RotaryEmbedding
 
 
 class Attention(nn.Module):
-    """Writes this layer's new K/V into its slice of the paged cache, then attends over the cache.
+    """Turns the qkv projection's rows into this layer's queries and new K/V, writing the K/V into its slice
+    of the paged cache, then attends over the cache.
 
     The caches are set by the model runner once it has sized them. They are plain attributes, not buffers:
     torch.compile forces buffers' shapes static, and every other cache size (another memory budget or block
@@ -31,8 +34,34 @@ class Attention(nn.Module):
         self.backend = "torch"
         self.k_cache = self.v_cache = torch.empty(0)
 
-    def forward(self, query, key, value, meta: AttentionMetadata) -> torch.Tensor:
-        torch.ops.nvllm.store_kvcache(key, value, self.k_cache, self.v_cache, meta.slot_mapping, self.backend)
+    def forward(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        q_norm: RMSNorm,
+        k_norm: RMSNorm,
+        rotary_emb: RotaryEmbedding,
+    ) -> torch.Tensor:
+        """The attention output `[num_tokens, num_heads, head_dim]` of the packed rows `qkv` (queries, keys,
+        values). One op, `nvllm::qk_norm_rope_store` (one kernel on CUDA), norms each query and key head
+        (`q_norm`, `k_norm`) and rotates it (`rotary_emb`) as those modules would, and writes the keys and
+        values into the cache; attention then reads only the queries and the cache."""
+        assert q_norm.eps == k_norm.eps, "the op takes one eps for both norms"
+        query = torch.ops.nvllm.qk_norm_rope_store(
+            qkv,
+            positions,
+            rotary_emb.cos_sin,
+            q_norm.weight,
+            k_norm.weight,
+            q_norm.eps,
+            self.num_heads,
+            self.num_kv_heads,
+            self.k_cache,
+            self.v_cache,
+            meta.slot_mapping,
+            self.backend,
+        )
         if meta.cascade is not None:
             return cascade_attention(query, self.k_cache, self.v_cache, meta, self.scale, self.backend)
         return torch.ops.nvllm.attention(

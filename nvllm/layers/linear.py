@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from nvllm.distributed import all_reduce, tp_rank, tp_size
-from nvllm.ops.linear_ops import apply_linear
+from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
 
 
 def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None):
@@ -51,6 +51,18 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int) -> None:
         local_sizes = [size // tp_size() for size in self.output_sizes]
         _copy_slice(param, full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
+
+
+class GateUpSiluParallelLinear(MergedColumnParallelLinear):
+    """The SwiGLU MLP's gate and up projections and its activation: y = silu(x Wgᵀ) * (x Wuᵀ), each rank its
+    slice of both (so the activation needs nothing from the other ranks), the matmul and the activation as
+    one op."""
+
+    def __init__(self, input_size: int, intermediate_size: int):
+        super().__init__(input_size, [intermediate_size] * 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return apply_linear_silu_mul(x, self.weight)
 
 
 class QKVParallelLinear(ColumnParallelLinear):

@@ -2,6 +2,12 @@ import torch
 from torch import nn
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype | None = None):
+    """RMSNorm over the last dimension in fp32, rounded to `dtype` (x's own by default)."""
+    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight.float()).to(x.dtype if dtype is None else dtype)
+
+
 class RMSNorm(nn.Module):
     """RMSNorm computed in fp32; given a residual, adds it first and returns the new residual too, so the
     add and the norm fuse into one kernel under torch.compile."""
@@ -11,13 +17,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
 
-    def _norm(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x * self.weight.float()).to(dtype)
-
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        dtype = x.dtype
         if residual is None:
-            return self._norm(x.float(), dtype)
-        x = x.float() + residual.float()
-        return self._norm(x, dtype), x.to(dtype)
+            return rms_norm(x, self.weight, self.eps)
+        summed = x.float() + residual.float()
+        return rms_norm(summed, self.weight, self.eps, x.dtype), summed.to(x.dtype)

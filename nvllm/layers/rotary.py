@@ -40,20 +40,19 @@ def inverse_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     return extrapolated / factor * ramp + extrapolated * (1 - ramp), attention_factor
 
 
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE in the rotate-half layout over the last dimension, in fp32, rounded to x's dtype."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
 class RotaryEmbedding(nn.Module):
+    """Holds `cos_sin` `[max_positions, head_dim]`: each position's cos, then sin, of the rotary frequencies
+    (`nvllm::qk_norm_rope_store` gathers and applies them)."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         inv_freq, scale = inverse_frequencies(config)
         freqs = torch.outer(torch.arange(config.max_position_embeddings, dtype=torch.float), inv_freq)
         cos_sin = torch.cat([freqs.cos(), freqs.sin()], dim=-1) * scale
         self.register_buffer("cos_sin", cos_sin, persistent=False)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x.float().chunk(2, dim=-1)
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
-
-    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor):
-        """query/key: [num_tokens, num_heads, head_dim]."""
-        cos, sin = self.cos_sin[positions].unsqueeze(1).chunk(2, dim=-1)
-        return self._rotate(query, cos, sin), self._rotate(key, cos, sin)

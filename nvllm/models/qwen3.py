@@ -9,10 +9,9 @@ from torch import nn
 
 from nvllm.config import ModelConfig
 from nvllm.distributed import tp_size
-from nvllm.layers.activation import SiluAndMul
 from nvllm.layers.attention import Attention, AttentionMetadata
 from nvllm.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
-from nvllm.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from nvllm.layers.linear import GateUpSiluParallelLinear, QKVParallelLinear, RowParallelLinear
 from nvllm.layers.norm import RMSNorm
 from nvllm.layers.rotary import RotaryEmbedding
 
@@ -33,24 +32,19 @@ class Qwen3Attention(nn.Module):
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, meta: AttentionMetadata):
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        query, key, value = self.qkv_proj(hidden_states).split([q_size, kv_size, kv_size], dim=-1)
-        query = self.q_norm(query.view(-1, self.num_heads, self.head_dim))
-        key = self.k_norm(key.view(-1, self.num_kv_heads, self.head_dim))
-        query, key = self.rotary_emb(positions, query, key)
-        value = value.view(-1, self.num_kv_heads, self.head_dim)
-        return self.o_proj(self.attn(query, key, value, meta).flatten(1))
+        qkv = self.qkv_proj(hidden_states)
+        attended = self.attn(qkv, positions, meta, self.q_norm, self.k_norm, self.rotary_emb)
+        return self.o_proj(attended.flatten(1))
 
 
 class Qwen3MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [config.intermediate_size] * 2)
+        self.gate_up_proj = GateUpSiluParallelLinear(config.hidden_size, config.intermediate_size)
         self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
-        self.act_fn = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x))
 
 
 class Qwen3DecoderLayer(nn.Module):

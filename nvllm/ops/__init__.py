@@ -1,6 +1,7 @@
-"""Custom ops (`nvllm::store_kvcache`, `nvllm::attention`, `nvllm::linear`) and the kernels behind them."""
+"""Custom ops (`nvllm::qk_norm_rope_store`, `nvllm::attention` and cascade's two passes, `nvllm::linear`) and
+the kernels behind them."""
 
-from nvllm.ops.attention_ops import attention, store_kvcache
+from nvllm.ops.attention_ops import attention, qk_norm_rope_store
 from nvllm.ops.linear_ops import linear
 
-__all__ = ["attention", "store_kvcache", "linear"]
+__all__ = ["attention", "qk_norm_rope_store", "linear"]

@@ -1,4 +1,6 @@
-"""The paged-attention ops as `torch.library` custom ops.
+"""The paged-attention ops as `torch.library` custom ops: `nvllm::qk_norm_rope_store`, which turns the qkv
+projection's rows into queries and writes the keys and values into the cache, then the attention over the
+cache (`nvllm::attention`, and cascade attention's two passes).
 
 torch.compile sees each op as one opaque node (its fake implementation gives the output's shape), so the
 whole model traces with `fullgraph=True` while the backend behind the op is free to do anything: loop in
@@ -38,28 +40,55 @@ def _implementation(backend: str):
     return torch_attention if backend == "torch" else _flash_attention_module()
 
 
-# flexible_layout: inductor may pass the tensors in the layout it produced them in (a K/V split off the
-# packed QKV row, say) instead of copying each into eager's strides first: two copy kernels per layer and
-# step. Both backends take any layout whose last dimension is contiguous (the flash-attn one asserts it).
+# flexible_layout: inductor may pass the tensors in the layout it produced them in instead of copying each
+# into eager's strides first (a copy kernel per tensor, layer and step). Both backends take any layout whose
+# last dimension is contiguous (the flash-attn one asserts it).
 @torch.library.custom_op(
-    "nvllm::store_kvcache", mutates_args=("k_cache", "v_cache"), tags=(torch.Tag.flexible_layout,)
+    "nvllm::qk_norm_rope_store", mutates_args=("k_cache", "v_cache"), tags=(torch.Tag.flexible_layout,)
 )
-def store_kvcache(
-    key: torch.Tensor,
-    value: torch.Tensor,
+def qk_norm_rope_store(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos_sin: torch.Tensor,
+    q_norm_weight: torch.Tensor,
+    k_norm_weight: torch.Tensor,
+    eps: float,
+    num_heads: int,
+    num_kv_heads: int,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     backend: str,
-) -> None:
-    """Write each token's K/V into the cache at `slot_mapping` (block_id * block_size + offset); slot -1 is
-    a padded token and writes nothing."""
-    _implementation(backend).store_kvcache(key, value, k_cache, v_cache, slot_mapping)
+) -> torch.Tensor:
+    """From the qkv projection's packed rows `[num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]`
+    (queries, keys, values, head after head): every query and key head RMS-normed over head_dim (by
+    `q_norm_weight` / `k_norm_weight`, both with `eps`) and rotated by RoPE (rotate-half) at its token's
+    position (`cos_sin`: `[max_positions, head_dim]` fp32, each row cos then sin of the rotary
+    frequencies); each token's keys and values written into the cache at `slot_mapping` (block_id *
+    block_size + offset; slot -1 is a padded token and writes nothing). Returns the queries `[num_tokens,
+    num_heads, head_dim]`, contiguous.
+
+    One op, so that the CUDA backend does it in one kernel where the unfused computation took three per layer
+    and step (inductor's two for the norms and RoPE, and the cache write). Rounded as the modules round:
+    the norm's output to the model's dtype, then RoPE in fp32 on that and rounded again."""
+    return _implementation(backend).qk_norm_rope_store(
+        qkv,
+        positions,
+        cos_sin,
+        q_norm_weight,
+        k_norm_weight,
+        eps,
+        num_heads,
+        num_kv_heads,
+        k_cache,
+        v_cache,
+        slot_mapping,
+    )
 
 
-@store_kvcache.register_fake
-def _(key, value, k_cache, v_cache, slot_mapping, backend):
-    return None
+@qk_norm_rope_store.register_fake
+def _(qkv, positions, cos_sin, q_norm_weight, k_norm_weight, eps, num_heads, *_):
+    return qkv.new_empty((qkv.shape[0], num_heads, q_norm_weight.shape[0]))
 
 
 @torch.library.custom_op("nvllm::attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))

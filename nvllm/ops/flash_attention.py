@@ -1,7 +1,7 @@
 """The CUDA backend: flash-attn's varlen attention over the paged cache for prefill and cascade's prefix
 pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`, which outran flash-attn's
 decode kernel on all but a few batch shapes: experiments/results/2026-12-01-h200-session9.md) and for
-writing K/V into the cache.
+the queries and keys' norm and RoPE with the cache write (`nvllm.ops.qk_norm_rope_kernel`).
 
 Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
 """
@@ -10,57 +10,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.ops.attention_ops import PagedBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
-
-
-@triton.jit
-def _store_kvcache_kernel(
-    key_ptr,
-    value_ptr,
-    k_cache_ptr,
-    v_cache_ptr,
-    slot_mapping_ptr,
-    key_stride,
-    value_stride,
-    row_size,
-    BLOCK: tl.constexpr,
-):
-    token = tl.program_id(0)
-    slot = tl.load(slot_mapping_ptr + token)
-    if slot < 0:  # a padded token
-        return
-    offsets = tl.arange(0, BLOCK)
-    inside = offsets < row_size
-    key = tl.load(key_ptr + token * key_stride + offsets, mask=inside)
-    value = tl.load(value_ptr + token * value_stride + offsets, mask=inside)
-    tl.store(k_cache_ptr + slot * row_size + offsets, key, mask=inside)
-    tl.store(v_cache_ptr + slot * row_size + offsets, value, mask=inside)
-
-
-def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
-    num_tokens, num_kv_heads, head_dim = key.shape
-    row_size = num_kv_heads * head_dim
-    # one token's heads must be one contiguous row (they are: heads are split off the qkv matmul's row)
-    for tensor in (key, value):
-        assert tensor.stride(-1) == 1 and tensor.stride(-2) == head_dim, "K/V rows must be contiguous"
-    _store_kvcache_kernel[(num_tokens,)](
-        key,
-        value,
-        k_cache,
-        v_cache,
-        slot_mapping,
-        key.stride(0),
-        value.stride(0),
-        row_size,
-        BLOCK=triton.next_power_of_2(row_size),
-    )
+from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
 
 
 def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:

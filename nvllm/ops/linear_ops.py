@@ -5,7 +5,12 @@ bandwidth) where it beats cuBLAS, anything larger cuBLAS through `F.linear`. The
 op, on the actual row count, so one compiled graph (dynamic in the batch size) serves both without a guard
 or a recompile.
 
-Layers call `apply_linear`, which takes the op only inside a compiled graph (see there).
+The MLP's gate/up projection is `nvllm::linear_silu_mul`: the matmul and the SwiGLU activation of its
+packed `[gate | up]` output as one op, so that small batches run them as one kernel (the skinny matmul with
+the activation in its epilogue, which also writes half the output).
+
+Layers call `apply_linear` and `apply_linear_silu_mul`, which take the ops only inside a compiled graph (see
+there).
 """
 
 from __future__ import annotations
@@ -45,3 +50,43 @@ def apply_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if torch.compiler.is_compiling():
         return linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up` of a packed `[gate | up]`, in fp32 and rounded once, as inductor fuses it."""
+    gate, up = gate_up.float().chunk(2, -1)
+    return (F.silu(gate) * up).to(gate_up.dtype)
+
+
+@torch.library.custom_op("nvllm::linear_silu_mul", mutates_args=())
+def linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up` of `F.linear(x, weight) = [gate | up]` (a packed `[gate; up]` weight), the matmul's
+    output rounded to its dtype first as an unfused matmul's is. On CUDA a batch of at most 16 rows runs the
+    skinny kernel with the activation in its epilogue; a larger one cuBLAS, then a Triton kernel for the
+    activation."""
+    if uses_skinny_matmul(x, None):
+        from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+
+        config = skinny_config(*weight.shape, gated=True)
+        if config is not None:
+            return skinny_matmul(x.contiguous(), weight, config, gated=True)
+    gate_up = F.linear(x, weight)
+    if gate_up.is_cuda:
+        from nvllm.ops.silu_and_mul import silu_and_mul
+
+        return silu_and_mul(gate_up)
+    return silu_mul(gate_up)
+
+
+@linear_silu_mul.register_fake
+def _(x, weight):
+    return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
+
+
+def apply_linear_silu_mul(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """What the MLP's gate/up projection calls: `nvllm::linear_silu_mul` while compiling; in eager mode
+    `F.linear` and the activation as Hugging Face's Qwen3 computes it (in the weights' dtype)."""
+    if torch.compiler.is_compiling():
+        return linear_silu_mul(x, weight)
+    gate, up = F.linear(x, weight).chunk(2, -1)
+    return F.silu(gate) * up

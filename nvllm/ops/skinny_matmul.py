@@ -1,4 +1,5 @@
-"""`x @ w.T` for a few rows of `x` (a small decode batch), as one Triton kernel.
+"""`x @ w.T` for a few rows of `x` (a small decode batch), as one Triton kernel; optionally with the MLP's
+activation, `silu(x @ gate.T) * (x @ up.T)` of a packed `[gate; up]` weight, in the same kernel.
 
 With 1-16 rows, a matmul only has to stream the weight once, so it should run at memory bandwidth; cuBLAS'
 kernels for some of these shapes stay well below it (experiments/results/2026-11-29-h200-session3.md).
@@ -16,6 +17,15 @@ MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-cor
 
 
 @triton.jit
+def _silu_times(gate, up, dtype: tl.constexpr):
+    """`silu(gate) * up` of two fp32 accumulators, each first rounded to `dtype` as the unfused matmul's
+    output is, and rounded once at the end as inductor's fused activation kernel does."""
+    gate = gate.to(dtype).to(tl.float32)
+    up = up.to(dtype).to(tl.float32)
+    return (gate * tl.sigmoid(gate) * up).to(dtype)
+
+
+@triton.jit
 def _skinny_matmul_kernel(
     x_ptr,
     w_ptr,
@@ -29,10 +39,13 @@ def _skinny_matmul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    GATED: tl.constexpr,
 ):
+    """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         x = tl.load(
@@ -40,14 +53,20 @@ def _skinny_matmul_kernel(
             mask=(rows[:, None] < num_rows) & (ks[None, :] < k),
             other=0.0,
         )
-        w = tl.load(
-            w_ptr + columns[:, None] * w_row_stride + ks[None, :],
-            mask=(columns[:, None] < n) & (ks[None, :] < k),
-            other=0.0,
-        )
+        w_mask = (columns[:, None] < n) & (ks[None, :] < k)
+        w = tl.load(w_ptr + columns[:, None] * w_row_stride + ks[None, :], mask=w_mask, other=0.0)
         acc += tl.dot(x, tl.trans(w))
+        if GATED:
+            w_up = tl.load(
+                w_ptr + (n + columns[:, None]) * w_row_stride + ks[None, :], mask=w_mask, other=0.0
+            )
+            acc_up += tl.dot(x, tl.trans(w_up))
     out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
-    tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
+    if GATED:
+        y = _silu_times(acc, acc_up, y_ptr.dtype.element_ty)
+    else:
+        y = acc.to(y_ptr.dtype.element_ty)
+    tl.store(out, y, mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
 
 
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
@@ -70,19 +89,29 @@ CONFIGS: dict[tuple[int, int], Config | None] = {
     (4096, 12288): (32, 512, 4, 4),
     (151936, 4096): (64, 256, 4, 3),
 }
+# The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden): the plain kernel's
+# best for that shape with BLOCK_N halved, since a program reads two strips of BLOCK_N rows (the same bytes
+# per step); `experiments.skinny_matmul_bench --gated` sweeps them.
+GATED_CONFIGS: dict[tuple[int, int], Config | None] = {
+    (6144, 1024): (32, 128, 4, 5),
+    (24576, 4096): (32, 128, 4, 3),
+}
 DEFAULT_CONFIG: Config = (32, 256, 4, 4)
 
 
-def skinny_config(n: int, k: int) -> Config | None:
-    """The kernel's configuration for an `n x k` weight; None: leave this shape to cuBLAS."""
-    return CONFIGS.get((n, k), DEFAULT_CONFIG)
+def skinny_config(n: int, k: int, gated: bool = False) -> Config | None:
+    """The kernel's configuration for an `n x k` weight (packed `[gate; up]` where `gated`); None: leave this
+    shape to cuBLAS."""
+    return (GATED_CONFIGS if gated else CONFIGS).get((n, k), DEFAULT_CONFIG)
 
 
-def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config) -> torch.Tensor:
-    """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows."""
+def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config, gated: bool = False) -> torch.Tensor:
+    """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows. `gated`: `weight` is a
+    packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`."""
     num_rows, k = x.shape
-    n = weight.shape[0]
     assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    assert not gated or weight.shape[0] == 2 * n, "a gated weight packs two halves of equal size"
     block_n, block_k, num_warps, num_stages = config
     y = x.new_empty((num_rows, n))
     _skinny_matmul_kernel[(triton.cdiv(n, block_n),)](
@@ -98,6 +127,7 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config) -> torc
         BLOCK_M=MAX_ROWS,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        GATED=gated,
         num_warps=num_warps,
         num_stages=num_stages,
     )

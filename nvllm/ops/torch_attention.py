@@ -12,11 +12,40 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from nvllm.layers.norm import rms_norm
+from nvllm.layers.rotary import rotate_half
+
 if TYPE_CHECKING:
     from nvllm.ops.attention_ops import PagedBatch
 
 
+def qk_norm_rope_store(
+    qkv,
+    positions,
+    cos_sin,
+    q_norm_weight,
+    k_norm_weight,
+    eps: float,
+    num_heads: int,
+    num_kv_heads: int,
+    k_cache,
+    v_cache,
+    slot_mapping,
+) -> torch.Tensor:
+    """`nvllm::qk_norm_rope_store` unfused: the per-head RMSNorm, RoPE, then the cache write."""
+    head_dim = q_norm_weight.shape[0]
+    heads = qkv.unflatten(-1, (-1, head_dim))
+    query, key, value = heads.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+    cos, sin = cos_sin[positions].unsqueeze(1).chunk(2, dim=-1)
+    query = rotate_half(rms_norm(query, q_norm_weight, eps), cos, sin)
+    key = rotate_half(rms_norm(key, k_norm_weight, eps), cos, sin)
+    store_kvcache(key, value, k_cache, v_cache, slot_mapping)
+    return query
+
+
 def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
+    """Each token's K/V `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`; slot -1
+    writes nothing."""
     valid = slot_mapping >= 0
     slots = slot_mapping[valid].long()
     k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key[valid].to(k_cache.dtype))
