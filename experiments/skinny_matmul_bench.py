@@ -7,14 +7,19 @@ its epilogue. Each time is one call inside a CUDA graph of 20 calls, replayed 10
 read of a buffer larger than the L2 cache (the read's own time taken off): in a model's step every weight
 is read once, with the other layers' in between, so a weight never is in the L2 when its matmul starts.
 
-`python -m experiments.skinny_matmul_bench [--gated]`"""
+A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
+(Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
+
+`python -m experiments.skinny_matmul_bench [--gated] [--jobs N] [--compile-only]`"""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
-import sys
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
 import torch
@@ -142,8 +147,38 @@ def gated_projections() -> None:
         print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
 
 
+def compile_one(trial: tuple[tuple[int, int, int, int], int, bool]) -> None:
+    """Compiles the kernel for `(config, rows, gated)`, the specialization the timing pass will ask for: the
+    sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples of 16)."""
+    config, rows, gated = trial
+    weight = torch.zeros(512, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.zeros(rows, 1024, device="cuda", dtype=torch.bfloat16)
+    try:
+        skinny_matmul(x, weight, config=config, gated=gated)
+    except triton.runtime.errors.OutOfResources:
+        pass
+
+
+def compile_all(gated: bool, jobs: int) -> None:
+    """`compile_one` over every `(config, rows)` of a sweep, in `jobs` processes."""
+    import experiments.skinny_matmul_bench as bench  # by its name, so the workers can find `compile_one`
+
+    trials = [(config, m, gated) for config in (GATED_CONFIGS if gated else CONFIGS) for m in ROWS]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(bench.compile_one, trials))
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--gated"]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
+    parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
+    parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
+    args = parser.parse_args()
+    if args.jobs:
+        compile_all(args.gated, args.jobs)
+    if args.compile_only:
+        pass
+    elif args.gated:
         gated_projections()
     else:
         for shape, (config, skinny_us, cublas_us) in best_configs().items():

@@ -89,9 +89,8 @@ CONFIGS: dict[tuple[int, int], Config | None] = {
     (4096, 12288): (32, 512, 4, 4),
     (151936, 4096): (64, 256, 4, 3),
 }
-# The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden): the plain kernel's
-# best for that shape with BLOCK_N halved, since a program reads two strips of BLOCK_N rows (the same bytes
-# per step); `experiments.skinny_matmul_bench --gated` sweeps them.
+# The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden), the fastest
+# `experiments.skinny_matmul_bench --gated` found (experiments/results/2026-12-01-h200-session11.md).
 GATED_CONFIGS: dict[tuple[int, int], Config | None] = {
     (6144, 1024): (32, 128, 4, 5),
     (24576, 4096): (32, 128, 4, 3),
