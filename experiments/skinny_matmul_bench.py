@@ -176,10 +176,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.jobs:
         compile_all(args.gated, args.jobs)
-    if args.compile_only:
-        pass
-    elif args.gated:
+    if args.gated and not args.compile_only:
         gated_projections()
-    else:
+    elif not args.compile_only:
         for shape, (config, skinny_us, cublas_us) in best_configs().items():
             print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")
