@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
+
 MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
 
 
@@ -40,8 +42,10 @@ def _skinny_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GATED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's."""
+    overlap_prior_kernel(PDL)
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -129,5 +133,6 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config, gated: 
         GATED=gated,
         num_warps=num_warps,
         num_stages=num_stages,
+        **pdl_launch(x.device),
     )
     return y
