@@ -27,9 +27,31 @@ except ImportError:  # a Triton without grid dependency control: PDL stays off (
 @triton.jit
 def overlap_prior_kernel(PDL: tl.constexpr):
     """A kernel's first statement: let the next kernel launch, and wait for the prior one to finish."""
+    launch_next_kernel(PDL)
+    wait_for_prior_kernel(PDL)
+
+
+@triton.jit
+def launch_next_kernel(PDL: tl.constexpr):
+    """Let the next kernel on the stream launch (once every program of this one has said so)."""
     if PDL:
         gdc_launch_dependents()
+
+
+@triton.jit
+def wait_for_prior_kernel(PDL: tl.constexpr):
+    """Wait until the kernel before this one has finished and its writes are visible. A kernel that reads
+    memory before this may read only what no kernel of the step writes (weights)."""
+    if PDL:
         gdc_wait()
+
+
+@triton.jit
+def prefetch_to_l2(pointers):
+    """Ask for the 128-byte lines at `pointers` to be brought into the L2 (no registers written, no wait)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [pointers], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 @functools.cache
