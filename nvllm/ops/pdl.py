@@ -26,9 +26,11 @@ except ImportError:  # a Triton without grid dependency control: PDL stays off (
 
 @triton.jit
 def overlap_prior_kernel(PDL: tl.constexpr):
-    """A kernel's first statement: let the next kernel launch, and wait for the prior one to finish."""
-    launch_next_kernel(PDL)
+    """A kernel's first statement: wait for the prior kernel to finish, then let the next one launch. In this
+    order only one kernel waits ahead of the running one: a chain of waiting kernels would hold the SMs'
+    slots that the running kernel's programs need."""
     wait_for_prior_kernel(PDL)
+    launch_next_kernel(PDL)
 
 
 @triton.jit

@@ -59,10 +59,10 @@ def _skinny_matmul_kernel(
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    launch_next_kernel(PDL)
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
         _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED)
     wait_for_prior_kernel(PDL)
+    launch_next_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
