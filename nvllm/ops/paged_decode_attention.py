@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
+from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 BLOCK_N = 64  # KV tokens per loop iteration (a KV block holds a whole number of them)
@@ -48,7 +48,7 @@ def _paged_decode_kernel(
     NUM_SPLITS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    overlap_prior_kernel(PDL)
+    wait_for_prior_kernel(PDL)
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -85,6 +85,7 @@ def _paged_decode_kernel(
         value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
         acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
         running_max = new_max
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)

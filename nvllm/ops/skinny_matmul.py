@@ -62,7 +62,6 @@ def _skinny_matmul_kernel(
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
         _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED)
     wait_for_prior_kernel(PDL)
-    launch_next_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -80,6 +79,7 @@ def _skinny_matmul_kernel(
                 w_ptr + (n + columns[:, None]) * w_row_stride + ks[None, :], mask=w_mask, other=0.0
             )
             acc_up += tl.dot(x, tl.trans(w_up))
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
     if GATED:
         y = _silu_times(acc, acc_up, y_ptr.dtype.element_ty)
