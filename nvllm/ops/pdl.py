@@ -3,11 +3,16 @@
 On a stream, and in a CUDA graph, a kernel normally starts only when the kernel before it has finished: its
 grid is torn down, the next one set up and its programs placed, and for that time the GPU computes nothing.
 A decode step launches a few hundred kernels, so these gaps add up. A kernel launched with PDL may start
-as soon as every program of the kernel before it has started and said so. Each of ours does both things
-first thing (`overlap_prior_kernel`): it lets the next kernel start, then waits until the kernel before it
-has finished and its writes are visible. Only then does it read or write memory. What overlaps is the
-launch and the set-up of the programs, never the work, so the results are those of serialized kernels.
-A kernel that is not ours (cuBLAS', inductor's) is launched as before and serializes as before.
+as soon as every program of the kernel before it has said so (`launch_next_kernel`); it then waits
+(`wait_for_prior_kernel`) until that kernel has finished and its writes are visible, and only then reads
+what an earlier kernel wrote. So what overlaps is the next kernel's launch and set-up with the end of this
+one, never the work, and the results are those of serialized kernels.
+
+Each of ours waits first and only then lets the next kernel launch, so that at most one kernel waits ahead
+of the running one: a chain of waiting kernels would hold SM slots that the running kernel's programs need.
+A short kernel does both first thing (`overlap_prior_kernel`); the skinny matmul and decode attention let
+the next kernel launch after their main loops, for the same reason. A kernel that is not ours (cuBLAS',
+inductor's) is launched as before and serializes as before.
 """
 
 from __future__ import annotations
@@ -26,9 +31,7 @@ except ImportError:  # a Triton without grid dependency control: PDL stays off (
 
 @triton.jit
 def overlap_prior_kernel(PDL: tl.constexpr):
-    """A kernel's first statement: wait for the prior kernel to finish, then let the next one launch. In this
-    order only one kernel waits ahead of the running one: a chain of waiting kernels would hold the SMs'
-    slots that the running kernel's programs need."""
+    """A short kernel's first statement: wait for the prior kernel to finish, then let the next one launch."""
     wait_for_prior_kernel(PDL)
     launch_next_kernel(PDL)
 
