@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
+
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 BLOCK_N = 64  # KV tokens per loop iteration (a KV block holds a whole number of them)
 
@@ -44,7 +46,9 @@ def _paged_decode_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_prior_kernel(PDL)
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -81,6 +85,7 @@ def _paged_decode_kernel(
         value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
         acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
         running_max = new_max
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
@@ -108,8 +113,10 @@ def _combine_splits_kernel(
     NUM_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One (row, head): the splits' partial outputs weighted by their share of the softmax's normaliser."""
+    overlap_prior_kernel(PDL)
     row = tl.program_id(0)
     head = tl.program_id(1)
     num_rows = tl.num_programs(0)
@@ -177,6 +184,7 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         num_warps=4,
         num_stages=2,
+        **pdl_launch(query.device),
     )
     if num_splits > 1:
         _combine_splits_kernel[(rows, num_heads)](
@@ -189,5 +197,6 @@ def paged_decode_attention(
             NUM_HEADS=num_heads,
             HEAD_DIM=head_dim,
             NUM_SPLITS=num_splits,
+            **pdl_launch(query.device),
         )
     return out, lse

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
+
 # Tokens per program, for one head each: a decode step's few tokens leave most of a tile masked, which
 # costs little, and a prefill's tiles keep the memory system busy where one token a program does not.
 BLOCK_TOKENS = 8
@@ -58,7 +60,9 @@ def _qk_norm_rope_store_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_TOKENS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    overlap_prior_kernel(PDL)
     tokens = tl.program_id(0).to(tl.int64) * BLOCK_TOKENS + tl.arange(0, BLOCK_TOKENS)
     head = tl.program_id(1)  # query heads first, then KV heads
     inside = tokens < num_tokens
@@ -131,5 +135,6 @@ def qk_norm_rope_store(
         HEAD_DIM=head_dim,
         BLOCK_TOKENS=BLOCK_TOKENS,
         num_warps=4,
+        **pdl_launch(qkv.device),
     )
     return query

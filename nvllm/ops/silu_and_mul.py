@@ -8,11 +8,16 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
+
 BLOCK = 1024  # columns per program
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, y_ptr, width, x_row_stride, y_row_stride, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(
+    x_ptr, y_ptr, width, x_row_stride, y_row_stride, BLOCK: tl.constexpr, PDL: tl.constexpr
+):
+    overlap_prior_kernel(PDL)
     row = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     inside = columns < width
@@ -30,6 +35,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     y = x.new_empty((rows, width))
     if rows:
         _silu_and_mul_kernel[(rows, triton.cdiv(width, BLOCK))](
-            x, y, width, x.stride(0), y.stride(0), BLOCK=BLOCK, num_warps=4
+            x, y, width, x.stride(0), y.stride(0), BLOCK=BLOCK, num_warps=4, **pdl_launch(x.device)
         )
     return y

@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_for_prior_kernel
+
 MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
 
 
@@ -23,6 +25,18 @@ def _silu_times(gate, up, dtype: tl.constexpr):
     gate = gate.to(dtype).to(tl.float32)
     up = up.to(dtype).to(tl.float32)
     return (gate * tl.sigmoid(gate) * up).to(dtype)
+
+
+@triton.jit
+def _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K: tl.constexpr, GATED: tl.constexpr):
+    """Into the L2, the first two `BLOCK_K` slices of this program's weight rows (both strips where
+    GATED): what its main loop reads first, one 128-byte line (64 bf16 values) a request."""
+    lines = tl.arange(0, 2 * BLOCK_K // 64) * 64
+    inside = (columns[:, None] < n) & (lines[None, :] < k)
+    strip = w_ptr + columns[:, None] * w_row_stride + lines[None, :]
+    prefetch_to_l2(tl.where(inside, strip, w_ptr))
+    if GATED:
+        prefetch_to_l2(tl.where(inside, strip + n * w_row_stride, w_ptr))
 
 
 @triton.jit
@@ -40,10 +54,14 @@ def _skinny_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GATED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
+        _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED)
+    wait_for_prior_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, k, BLOCK_K):
@@ -61,6 +79,7 @@ def _skinny_matmul_kernel(
                 w_ptr + (n + columns[:, None]) * w_row_stride + ks[None, :], mask=w_mask, other=0.0
             )
             acc_up += tl.dot(x, tl.trans(w_up))
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
     if GATED:
         y = _silu_times(acc, acc_up, y_ptr.dtype.element_ty)
@@ -129,5 +148,6 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config, gated: 
         GATED=gated,
         num_warps=num_warps,
         num_stages=num_stages,
+        **pdl_launch(x.device),
     )
     return y

@@ -12,9 +12,6 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from nvllm.layers.norm import rms_norm
-from nvllm.layers.rotary import rotate_half
-
 if TYPE_CHECKING:
     from nvllm.ops.attention_ops import PagedBatch
 
@@ -33,6 +30,10 @@ def qk_norm_rope_store(
     slot_mapping,
 ) -> torch.Tensor:
     """`nvllm::qk_norm_rope_store` unfused: the per-head RMSNorm, RoPE, then the cache write."""
+    # the layers' own norm and RoPE; imported here, as nvllm.layers.norm imports this package's ops
+    from nvllm.layers.norm import rms_norm
+    from nvllm.layers.rotary import rotate_half
+
     head_dim = q_norm_weight.shape[0]
     heads = qkv.unflatten(-1, (-1, head_dim))
     query, key, value = heads.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
