@@ -124,3 +124,23 @@ def test_fp8_engine_on_the_gpu_keeps_close_to_bf16():
         fp8 = prefill_logits(llm, prompts)
     relative = ((fp8 - bf16).norm(dim=-1) / bf16.norm(dim=-1)).max().item()
     assert 0 < relative < 0.1, relative
+
+
+def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part():
+    from experiments.fp8_accuracy import agreement
+    from nvllm.outputs import CompletionOutput
+
+    reference = CompletionOutput(
+        0, "", [5, 6, 7], logprobs=[{5: -0.5, 9: -2.0}, {6: -1.0, 8: -1.25}, {7: -1.0}]
+    )
+    parts = CompletionOutput(0, "", [5, 8, 7], logprobs=[{5: -0.75}, {8: -1.0}, {7: -1.0}])
+    result = agreement(reference, parts)
+    assert (result.shared, result.parted, result.gap_at_parting) == (1, True, 0.25)
+    assert result.mean_logprob_difference == 0.25
+    same = agreement(reference, reference)
+    assert (same.shared, same.parted, same.gap_at_parting, same.mean_logprob_difference) == (
+        3,
+        False,
+        None,
+        0,
+    )
