@@ -77,8 +77,8 @@ def report(model: str, agreements: list[Agreement], weights_gib: dict[str, float
     if gaps:
         lines.append(
             f"- where they part, the reference's gap between the two tokens: median "
-            f"{statistics.median(gaps):.3f}, max {max(gaps):.3f} nats ({len(gaps)} of {parted} partings in its "
-            f"top {TOP_LOGPROBS})"
+            f"{statistics.median(gaps):.3f}, max {max(gaps):.3f} nats ({len(gaps)} of {parted} partings "
+            f"in its top {TOP_LOGPROBS})"
         )
     return "\n".join(lines)
 
