@@ -7,10 +7,13 @@ its epilogue. Each time is one call inside a CUDA graph of 20 calls, replayed 10
 read of a buffer larger than the L2 cache (the read's own time taken off): in a model's step every weight
 is read once, with the other layers' in between, so a weight never is in the L2 when its matmul starts.
 
+With `--fp8`, the weights in float8 with a scale per row (`model.quantization=fp8`): `torch._scaled_mm`
+(activations quantized per token) against the skinny kernel on the fp8 weight.
+
 A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
 (Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
 
-`python -m experiments.skinny_matmul_bench [--gated] [--jobs N] [--compile-only]`"""
+`python -m experiments.skinny_matmul_bench [--gated] [--fp8] [--jobs N] [--compile-only]`"""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
 SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
@@ -92,18 +96,24 @@ def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]
     return min(timed)
 
 
-def best_configs() -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
-    """Per shape: the configuration with the least time summed over `ROWS`, its time and cuBLAS' (µs)."""
+def best_configs(fp8: bool) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
+    """Per shape: the configuration with the least time summed over `ROWS`, its time and cuBLAS' (µs);
+    `fp8`: the weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
     torch.manual_seed(0)
     best = {}
     for model, shapes in SHAPES.items():
         for n, k in shapes:
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
-            cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
-            run = partial(skinny_matmul, weight=weight)
+            if fp8:
+                weight, scale = quantize_rows(weight)
+                cublas = {m: time_us(partial(scaled_mm_linear, xs[m], weight, scale)) for m in ROWS}
+                run = partial(skinny_matmul, weight=weight, weight_scale=scale)
+            else:
+                cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
+                run = partial(skinny_matmul, weight=weight)
             total, config, times = fastest(run, CONFIGS, xs)
-            gb = n * k * 2 / 1e9
+            gb = n * k * weight.element_size() / 1e9
             print(
                 f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
                 + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
@@ -147,23 +157,26 @@ def gated_projections() -> None:
         print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
 
 
-def compile_one(trial: tuple[tuple[int, int, int, int], int, bool]) -> None:
-    """Compiles the kernel for `(config, rows, gated)`, the specialization the timing pass will ask for: the
-    sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples of 16)."""
-    config, rows, gated = trial
+def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool]) -> None:
+    """Compiles the kernel for `(config, rows, gated, fp8)`, the specialization the timing pass will ask for:
+    the sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples of 16)."""
+    config, rows, gated, fp8 = trial
     weight = torch.zeros(512, 1024, device="cuda", dtype=torch.bfloat16)
+    scale = None
+    if fp8:
+        weight, scale = quantize_rows(weight)
     x = torch.zeros(rows, 1024, device="cuda", dtype=torch.bfloat16)
     try:
-        skinny_matmul(x, weight, config=config, gated=gated)
+        skinny_matmul(x, weight, config=config, gated=gated, weight_scale=scale)
     except triton.runtime.errors.OutOfResources:
         pass
 
 
-def compile_all(gated: bool, jobs: int) -> None:
+def compile_all(gated: bool, fp8: bool, jobs: int) -> None:
     """`compile_one` over every `(config, rows)` of a sweep, in `jobs` processes."""
     import experiments.skinny_matmul_bench as bench  # by its name, so the workers can find `compile_one`
 
-    trials = [(config, m, gated) for config in (GATED_CONFIGS if gated else CONFIGS) for m in ROWS]
+    trials = [(config, m, gated, fp8) for config in (GATED_CONFIGS if gated else CONFIGS) for m in ROWS]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(bench.compile_one, trials))
 
@@ -171,13 +184,16 @@ def compile_all(gated: bool, jobs: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
+    parser.add_argument("--fp8", action="store_true", help="fp8 weights (not with --gated)")
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
     parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
     args = parser.parse_args()
+    if args.fp8 and args.gated:
+        parser.error("--fp8 sweeps the plain kernel only")
     if args.jobs:
-        compile_all(args.gated, args.jobs)
+        compile_all(args.gated, args.fp8, args.jobs)
     if args.gated and not args.compile_only:
         gated_projections()
     elif not args.compile_only:
-        for shape, (config, skinny_us, cublas_us) in best_configs().items():
+        for shape, (config, skinny_us, cublas_us) in best_configs(args.fp8).items():
             print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")

@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+QUANTIZATIONS = ("none", "fp8")  # ModelConfig.quantization's values
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -25,6 +27,10 @@ class ModelConfig:
     name: str = "qwen3-0.6b"
     path: str | None = None  # an HF checkpoint dir; None = seeded random weights of this architecture
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
+    # none | fp8: the decoder layers' matmul weights stored in float8 (e4m3), each output channel with its
+    # own scale, quantized from the checkpoint's weights as they load (nvllm.layers.fp8); the embedding and
+    # the LM head stay in `dtype`. Never the default: it changes the model's outputs.
+    quantization: str = "none"
     architecture: str = "Qwen3ForCausalLM"
     vocab_size: int = 151936
     hidden_size: int = 1024
@@ -259,6 +265,9 @@ def validate(config: EngineConfig) -> None:
     problems = []
     if model.dtype not in ("auto", "bfloat16", "float16", "float32"):
         problems.append(f"model.dtype={model.dtype!r} must be auto, bfloat16, float16 or float32")
+    if model.quantization not in QUANTIZATIONS:
+        choices = ", ".join(QUANTIZATIONS)
+        problems.append(f"model.quantization={model.quantization!r} must be one of {choices}")
     if cache.block_size < 1:
         problems.append(f"cache.block_size={cache.block_size} must be positive")
     if config.attention.backend not in ("auto", "flash_attn", "torch"):
@@ -321,6 +330,13 @@ def resolve(config: EngineConfig) -> EngineConfig:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available on this machine")
     on_cuda = device.startswith("cuda")
+    if on_cuda and config.model.quantization == "fp8":
+        capability = torch.cuda.get_device_capability(torch.device(device))
+        if capability < (9, 0):
+            raise ValueError(
+                f"model.quantization=fp8 needs a GPU of compute capability 9.0 or later (its matmuls scale "
+                f"float8 per row and per column); {device} has {capability[0]}.{capability[1]}"
+            )
     backend = resolve_backend(config.attention.backend, device, config.cache.block_size)
     dtype = config.model.dtype
     if dtype == "auto":

@@ -11,14 +11,13 @@ math and HBM bandwidth; a device or dtype not in the table has none, and its uti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from nvllm.config import ModelConfig
-from nvllm.models.weights import hf_parameter_shapes
+from nvllm.models.weights import parameter_bytes
 
 if TYPE_CHECKING:
     from nvllm.engine.scheduler import ScheduledBatch
@@ -80,13 +79,13 @@ class ModelWork:
         hidden, layers, head_dim = model.hidden_size, model.num_hidden_layers, model.head_dim
         q_size, kv_size = model.num_attention_heads * head_dim, model.num_key_value_heads * head_dim
         per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + 3 * hidden * model.intermediate_size
-        shapes = hf_parameter_shapes(model)
-        read = [name for name in shapes if name != "model.embed_tokens.weight" or model.tie_word_embeddings]
+        sizes = parameter_bytes(model, dtype)
+        read = [name for name in sizes if name != "model.embed_tokens.weight" or model.tie_word_embeddings]
         return cls(
             linear_flops_per_token=2 * layers * per_layer,
             lm_head_flops_per_row=2 * hidden * model.vocab_size,
             attention_flops_per_key=4 * layers * q_size,
-            weight_bytes_per_step=sum(math.prod(shapes[name]) for name in read) * dtype.itemsize,
+            weight_bytes_per_step=sum(sizes[name] for name in read),
             kv_bytes_per_token=2 * layers * kv_size * dtype.itemsize,
         )
 

@@ -17,7 +17,7 @@ from nvllm.tokenizer import Tokenizer, load_tokenizer
 
 def hf_config(model: ModelConfig) -> dict:
     fields = {key: value for key, value in asdict(model).items() if not key.startswith("rope_")}
-    for ours in ("name", "path", "dtype", "architecture"):
+    for ours in ("name", "path", "dtype", "quantization", "architecture"):
         fields.pop(ours)
     return {
         "rope_theta": model.rope_theta,

@@ -26,6 +26,18 @@ def test_tiny_shape_by_hand():
     assert work.kv_bytes_per_token == 2 * 4 * 4 * 32 * 4 == 4_096
 
 
+def test_fp8_weights_count_a_byte_an_element_and_a_scale_a_row():
+    import dataclasses
+
+    work = ModelWork.of(dataclasses.replace(PRESETS["tiny"], quantization="fp8"), torch.float32)
+    # a layer: its matmuls' 196,608 elements a byte each, and a 4-byte scale for each of their rows (q 256,
+    # k and v 128 each, o 128, gate and up 256 each, down 128); the norms, final norm and LM head in fp32
+    rows = 256 + 128 + 128 + 128 + 256 + 256 + 128
+    assert work.weight_bytes_per_step == 4 * (196_608 + 4 * rows + 320 * 4) + 128 * 4 + 151_936 * 128 * 4
+    assert work.weight_bytes_per_step == 78_603_776
+    assert work.linear_flops_per_token == 1_572_864  # the FLOPs are the model's whatever its storage
+
+
 def test_qwen3_06b_shape_by_hand():
     # hidden 1024, intermediate 3072, 28 layers, 16 heads and 8 KV heads of 128, tied embeddings, bf16
     # per layer: 1024 x (2048 + 1024 + 1024) + 2048 x 1024 + 3 x 1024 x 3072 = 15,728,640

@@ -3,13 +3,12 @@ too large for the machine is refused with the numbers instead of being killed fo
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 
 from nvllm.config import EngineConfig
-from nvllm.models.weights import hf_parameter_shapes
+from nvllm.models.weights import parameter_bytes
 
 GIB = 2**30
 
@@ -28,8 +27,7 @@ def cpu_kv_budget_bytes(config: EngineConfig) -> int:
 
 def weight_bytes(config: EngineConfig, dtype: torch.dtype) -> int:
     """Bytes of one rank's weights: an even share of the sharded ones (all but the norms, which are small)."""
-    numel = sum(math.prod(shape) for shape in hf_parameter_shapes(config.model).values())
-    return numel * dtype.itemsize // config.parallel.tensor_parallel_size
+    return sum(parameter_bytes(config.model, dtype).values()) // config.parallel.tensor_parallel_size
 
 
 def available_bytes(device: str) -> int | None:

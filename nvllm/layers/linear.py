@@ -5,6 +5,10 @@ of its parameters and copies in this rank's slice (`nvllm.models.weights.load_we
 checkpoints and seeded random weights go through the same code and TP=N holds exactly the slices of the
 TP=1 weights. The loader is the module's method, not an attribute of the parameter: a bound method held by
 a parameter would make a reference cycle, and the weights would outlive `shutdown()` until a collection.
+
+With `quantization="fp8"` a layer holds its weight in float8 with a scale per output channel (the buffer
+`weight_scale`, `nvllm.ops.fp8`). The loader quantizes the whole checkpoint tensor, then takes this rank's
+slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from nvllm.config import QUANTIZATIONS
 from nvllm.distributed import all_reduce, tp_rank, tp_size
+from nvllm.ops.fp8 import FP8, quantize_rows
 from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
 
 
@@ -23,34 +29,64 @@ def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int =
     param.data.narrow(dim, offset, size).copy_(shard)
 
 
-class ColumnParallelLinear(nn.Module):
+class _Linear(nn.Module):
+    """A weight `[output_size, input_size]` (this rank's slice), in the default dtype or, quantized, in fp8
+    with its scales; `load_matrix` copies a checkpoint tensor in."""
+
+    def __init__(self, output_size: int, input_size: int, quantization: str):
+        super().__init__()
+        assert quantization in QUANTIZATIONS, f"quantization={quantization!r}"
+        dtype = FP8 if quantization == "fp8" else None
+        self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
+        scale = torch.empty(output_size, dtype=torch.float32) if quantization == "fp8" else None
+        self.register_buffer("weight_scale", scale)
+
+    def load_matrix(self, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None) -> None:
+        """This rank's slice of `full` along `dim` into `weight[offset:offset+size]` (dim 0) or the whole
+        weight (dim 1); quantized, the rows' scales come from the whole rows of `full`."""
+        if self.weight_scale is None:
+            _copy_slice(self.weight, full, dim, offset, size)
+            return
+        q, scale = quantize_rows(full)
+        _copy_slice(self.weight, q, dim, offset, size)
+        if dim == 0:
+            _copy_slice(self.weight_scale, scale, 0, offset, size)
+        else:  # split by input columns: every rank has every output channel
+            self.weight_scale.copy_(scale)
+
+
+class ColumnParallelLinear(_Linear):
     """y = x Wᵀ with W split by output rows: each rank produces its slice of y."""
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False):
-        super().__init__()
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, quantization: str = "none"):
         assert output_size % tp_size() == 0, f"{output_size} outputs do not split over {tp_size()} ranks"
-        self.weight = nn.Parameter(torch.empty(output_size // tp_size(), input_size), requires_grad=False)
+        super().__init__(output_size // tp_size(), input_size, quantization)
         self.bias = None
         if bias:
             self.bias = nn.Parameter(torch.empty(output_size // tp_size()), requires_grad=False)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
-        _copy_slice(param, full, 0)
+        if param is self.weight:
+            self.load_matrix(full, 0)
+        else:
+            _copy_slice(param, full, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return apply_linear(x, self.weight, self.bias)
+        return apply_linear(x, self.weight, self.bias, self.weight_scale)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel matrices packed into one matmul (gate and up of the MLP)."""
 
-    def __init__(self, input_size: int, output_sizes: list[int], bias: bool = False):
+    def __init__(
+        self, input_size: int, output_sizes: list[int], bias: bool = False, quantization: str = "none"
+    ):
         self.output_sizes = output_sizes
-        super().__init__(input_size, sum(output_sizes), bias)
+        super().__init__(input_size, sum(output_sizes), bias, quantization)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int) -> None:
         local_sizes = [size // tp_size() for size in self.output_sizes]
-        _copy_slice(param, full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
+        self.load_matrix(full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
 
 
 class GateUpSiluParallelLinear(MergedColumnParallelLinear):
@@ -58,38 +94,43 @@ class GateUpSiluParallelLinear(MergedColumnParallelLinear):
     slice of both (so the activation needs nothing from the other ranks), the matmul and the activation as
     one op."""
 
-    def __init__(self, input_size: int, intermediate_size: int):
-        super().__init__(input_size, [intermediate_size] * 2)
+    def __init__(self, input_size: int, intermediate_size: int, quantization: str = "none"):
+        super().__init__(input_size, [intermediate_size] * 2, quantization=quantization)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return apply_linear_silu_mul(x, self.weight)
+        return apply_linear_silu_mul(x, self.weight, self.weight_scale)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections in one matmul; each rank owns whole query heads and whole KV heads."""
 
     def __init__(
-        self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False
+        self,
+        hidden_size: int,
+        head_dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        bias: bool = False,
+        quantization: str = "none",
     ):
         self.local_sizes = {
             "q": num_heads // tp_size() * head_dim,
             "k": num_kv_heads // tp_size() * head_dim,
             "v": num_kv_heads // tp_size() * head_dim,
         }
-        super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias)
+        super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias, quantization)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: str) -> None:
         offset = {"q": 0, "k": self.local_sizes["q"], "v": self.local_sizes["q"] + self.local_sizes["k"]}
-        _copy_slice(param, full, 0, offset[shard_id], self.local_sizes[shard_id])
+        self.load_matrix(full, 0, offset[shard_id], self.local_sizes[shard_id])
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_Linear):
     """y = x Wᵀ with W split by input columns: each rank adds its partial product (an all-reduce)."""
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False):
-        super().__init__()
+    def __init__(self, input_size: int, output_size: int, bias: bool = False, quantization: str = "none"):
         assert input_size % tp_size() == 0, f"{input_size} inputs do not split over {tp_size()} ranks"
-        self.weight = nn.Parameter(torch.empty(output_size, input_size // tp_size()), requires_grad=False)
+        super().__init__(output_size, input_size // tp_size(), quantization)
         self.bias = None
         if bias:  # added once, after the reduction
             self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)
@@ -98,8 +139,8 @@ class RowParallelLinear(nn.Module):
         if param is self.bias:
             param.data.copy_(full)  # whole on every rank: added once, after the reduction
         else:
-            _copy_slice(param, full, 1)
+            self.load_matrix(full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(apply_linear(x, self.weight))
+        y = all_reduce(apply_linear(x, self.weight, weight_scale=self.weight_scale))
         return y + self.bias if self.bias is not None else y

@@ -23,9 +23,15 @@ class Qwen3Attention(nn.Module):
         self.num_heads = config.num_attention_heads // tp_size()
         self.num_kv_heads = config.num_key_value_heads // tp_size()
         self.qkv_proj = QKVParallelLinear(
-            config.hidden_size, config.head_dim, config.num_attention_heads, config.num_key_value_heads
+            config.hidden_size,
+            config.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            quantization=config.quantization,
         )
-        self.o_proj = RowParallelLinear(config.num_attention_heads * config.head_dim, config.hidden_size)
+        self.o_proj = RowParallelLinear(
+            config.num_attention_heads * config.head_dim, config.hidden_size, quantization=config.quantization
+        )
         self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config)
@@ -40,8 +46,12 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_up_proj = GateUpSiluParallelLinear(config.hidden_size, config.intermediate_size)
-        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size)
+        self.gate_up_proj = GateUpSiluParallelLinear(
+            config.hidden_size, config.intermediate_size, config.quantization
+        )
+        self.down_proj = RowParallelLinear(
+            config.intermediate_size, config.hidden_size, quantization=config.quantization
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj(x))

@@ -74,6 +74,20 @@ def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parameter_bytes(config: ModelConfig, dtype: torch.dtype) -> dict[str, int]:
+    """The bytes each parameter of `hf_parameter_shapes` takes in the engine, unsharded: `dtype`'s, except
+    that with `quantization=fp8` the decoder layers' matmul weights take one byte an element and a 4-byte
+    scale a row (`nvllm.ops.fp8`)."""
+    sizes = {}
+    for name, shape in hf_parameter_shapes(config).items():
+        quantized = config.quantization == "fp8" and name.startswith("model.layers.")
+        if quantized and name.endswith("_proj.weight"):
+            sizes[name] = math.prod(shape) + 4 * shape[0]
+        else:
+            sizes[name] = math.prod(shape) * dtype.itemsize
+    return sizes
+
+
 def random_tensors(config: ModelConfig, seed: int, device: str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
     """Seeded random weights, each tensor drawn from its own generator (seed, name): the same values
     whatever the TP size or load order. Scales keep the model's output dependent on its context (the

@@ -28,10 +28,12 @@ def _silu_times(gate, up, dtype: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K: tl.constexpr, GATED: tl.constexpr):
+def _prefetch_first_slices(
+    w_ptr, columns, n, k, w_row_stride, BLOCK_K: tl.constexpr, GATED: tl.constexpr, LINE: tl.constexpr
+):
     """Into the L2, the first two `BLOCK_K` slices of this program's weight rows (both strips where
-    GATED): what its main loop reads first, one 128-byte line (64 bf16 values) a request."""
-    lines = tl.arange(0, 2 * BLOCK_K // 64) * 64
+    GATED): what its main loop reads first, one 128-byte line (`LINE` weight values) a request."""
+    lines = tl.arange(0, 2 * BLOCK_K // LINE) * LINE
     inside = (columns[:, None] < n) & (lines[None, :] < k)
     strip = w_ptr + columns[:, None] * w_row_stride + lines[None, :]
     prefetch_to_l2(tl.where(inside, strip, w_ptr))
@@ -44,6 +46,7 @@ def _skinny_matmul_kernel(
     x_ptr,
     w_ptr,
     y_ptr,
+    scale_ptr,
     num_rows,
     n,
     k,
@@ -54,13 +57,16 @@ def _skinny_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GATED: tl.constexpr,
+    SCALED: tl.constexpr,
+    LINE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's."""
+    """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's.
+    SCALED: an fp8 weight, converted to x's dtype (exactly), each output column times its row's scale."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
-        _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED)
+        _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED, LINE)
     wait_for_prior_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -73,13 +79,17 @@ def _skinny_matmul_kernel(
         )
         w_mask = (columns[:, None] < n) & (ks[None, :] < k)
         w = tl.load(w_ptr + columns[:, None] * w_row_stride + ks[None, :], mask=w_mask, other=0.0)
-        acc += tl.dot(x, tl.trans(w))
+        acc += tl.dot(x, tl.trans(w.to(x.dtype)))
         if GATED:
             w_up = tl.load(
                 w_ptr + (n + columns[:, None]) * w_row_stride + ks[None, :], mask=w_mask, other=0.0
             )
-            acc_up += tl.dot(x, tl.trans(w_up))
+            acc_up += tl.dot(x, tl.trans(w_up.to(x.dtype)))
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    if SCALED:
+        acc *= tl.load(scale_ptr + columns, mask=columns < n, other=0.0)[None, :]
+        if GATED:
+            acc_up *= tl.load(scale_ptr + n + columns, mask=columns < n, other=0.0)[None, :]
     out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
     if GATED:
         y = _silu_times(acc, acc_up, y_ptr.dtype.element_ty)
@@ -123,19 +133,28 @@ def skinny_config(n: int, k: int, gated: bool = False) -> Config | None:
     return (GATED_CONFIGS if gated else CONFIGS).get((n, k), DEFAULT_CONFIG)
 
 
-def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config, gated: bool = False) -> torch.Tensor:
+def skinny_matmul(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    config: Config,
+    gated: bool = False,
+    weight_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
     """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows. `gated`: `weight` is a
-    packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`."""
+    packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`. `weight_scale`: `weight` is fp8
+    and stands for `weight * weight_scale[:, None]` (`nvllm.ops.fp8`)."""
     num_rows, k = x.shape
     assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     assert not gated or weight.shape[0] == 2 * n, "a gated weight packs two halves of equal size"
     block_n, block_k, num_warps, num_stages = config
+    assert weight_scale is None or weight_scale.shape == (weight.shape[0],)
     y = x.new_empty((num_rows, n))
     _skinny_matmul_kernel[(triton.cdiv(n, block_n),)](
         x,
         weight,
         y,
+        weight if weight_scale is None else weight_scale,
         num_rows,
         n,
         k,
@@ -146,6 +165,8 @@ def skinny_matmul(x: torch.Tensor, weight: torch.Tensor, config: Config, gated: 
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         GATED=gated,
+        SCALED=weight_scale is not None,
+        LINE=128 // weight.element_size(),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(x.device),

@@ -1,0 +1,61 @@
+"""FP8 weights (`model.quantization=fp8`): a matrix stored in float8 e4m3, each output channel (row) with its
+own fp32 scale, so that `W ≈ q * scale[:, None]`.
+
+The layers quantize their weights as they load (`nvllm.layers.linear`); `nvllm.ops.linear_ops` picks the
+kernel by batch size. A row's scale is its largest magnitude over e4m3's largest finite value (448), so each
+row uses the whole range of the format. A scale belongs to an output channel, so it comes out of the dot
+product, `x @ Wᵀ = (x @ qᵀ) * scale`: the matmul reads the weight in fp8 and scales its result.
+
+- **A batch of at most 16 rows on CUDA (decode)** runs the skinny Triton kernel. It converts the fp8 weight
+  to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.
+- **A larger batch on CUDA** quantizes the activations too, a scale per token, and runs `torch._scaled_mm`
+  on the fp8 tensor cores.
+- **On the CPU** the weight is converted and the scale applied after the matmul, as the small-batch kernel
+  does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(q, scale)`: `weight` `[rows, cols]` in float8 e4m3 and a scale per row (fp32), `weight ≈ q * scale`.
+    A row of zeros gets scale 1 (and stays zeros)."""
+    amax = weight.abs().amax(dim=1).float()
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    q = (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q, scale
+
+
+def dequantized(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The matrix `q * scale[:, None]` the fp8 weight stands for, in `dtype`."""
+    return (q.float() * scale[:, None]).to(dtype)
+
+
+def fp8_linear_reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`x @ (q * scale)ᵀ` as the small-batch kernel computes it: the product accumulated in fp32, scaled,
+    then rounded once to x's dtype."""
+    return (F.linear(x.float(), q.float()) * scale).to(x.dtype)
+
+
+def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`x @ (q * scale)ᵀ` on the fp8 tensor cores: x quantized to e4m3 with a scale per row (token)."""
+    rows = x.reshape(-1, x.shape[-1])
+    amax = rows.abs().amax(dim=1, keepdim=True).float()
+    x_scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    x_q = (rows.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    y = torch._scaled_mm(x_q, q.t(), scale_a=x_scale, scale_b=scale.view(1, -1), out_dtype=x.dtype)
+    return y.view(*x.shape[:-1], q.shape[0])
+
+
+def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: `torch._scaled_mm` on CUDA, the reference
+    elsewhere."""
+    if x.is_cuda:
+        return scaled_mm_linear(x, q, scale)
+    return fp8_linear_reference(x, q, scale)
