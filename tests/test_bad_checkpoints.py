@@ -328,10 +328,12 @@ def test_a_tensor_parallel_rank_names_the_broken_tensor(base_checkpoint, tmp_pat
             r"30.5 GiB of weights \(float32\) and 3.5 GiB of KV cache per rank",
         ),
         (dict(dtype="bfloat16"), 12, r"15.3 GiB of weights \(bfloat16\)"),
+        # fp8: the layers' matmuls a byte an element (and a scale a row), the embedding and LM head in fp32
+        (dict(model__quantization="fp8"), 12, r"11.1 GiB of weights \(float32, fp8 matmuls\)"),
         # on the CPU the ranks share the host: two halves of the weights and two KV budgets
         (dict(tensor_parallel_size=2), 30, r"15.3 GiB of weights .* 2.0 GiB of KV cache on each of 2 ranks"),
     ],
-    ids=["weights", "kv-blocks", "bf16", "tp-shares-host"],
+    ids=["weights", "kv-blocks", "bf16", "fp8", "tp-shares-host"],
 )
 def test_a_model_larger_than_the_machine_is_refused_with_the_numbers(
     monkeypatch, overrides, free_gib, message

@@ -30,6 +30,11 @@ def weight_bytes(config: EngineConfig, dtype: torch.dtype) -> int:
     return sum(parameter_bytes(config.model, dtype).values()) // config.parallel.tensor_parallel_size
 
 
+def weights_dtype(model) -> str:
+    """How the weights are stored, for a message: the dtype, and fp8 for the quantized matmuls."""
+    return model.dtype if model.quantization == "none" else f"{model.dtype}, {model.quantization} matmuls"
+
+
 def available_bytes(device: str) -> int | None:
     """Memory free for a new allocation on `device` (None where it cannot be read)."""
     if device.startswith("cuda"):
@@ -59,8 +64,9 @@ def check_fits(config: EngineConfig, dtype: torch.dtype, device: str) -> None:
     ranks_here = 1 if device.startswith("cuda") else config.parallel.tensor_parallel_size
     if (weights + kv) * ranks_here > available:
         ranks = f" on each of {ranks_here} ranks" if ranks_here > 1 else " per rank"
+        stored = weights_dtype(config.model)
         raise ValueError(
-            f"{config.model.name} needs {weights / GIB:.1f} GiB of weights ({config.model.dtype}) and "
+            f"{config.model.name} needs {weights / GIB:.1f} GiB of weights ({stored}) and "
             f"{kv / GIB:.1f} GiB of KV cache{ranks}, but {device} has {available / GIB:.1f} GiB free: "
             "choose a smaller model, a smaller cache (cache.num_blocks, cache.cpu_memory_gib) or more ranks"
         )
