@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from nvllm.config import ProfileConfig
+from nvllm.profiling.phases import format_phases
 from nvllm.profiling.report import format_summary
 from nvllm.profiling.stages import StageClock, describe
 from nvllm.profiling.timeline import new_request
@@ -219,7 +220,7 @@ class Profiler:
         }
 
     def summary(self) -> str:
-        return format_summary(self.as_dict())
+        return format_summary(self.as_dict()) + "\n" + format_phases(self.steps())
 
 
 class NullProfiler:

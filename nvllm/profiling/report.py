@@ -29,6 +29,18 @@ def _row(name: str, stats: dict) -> tuple[str, ...]:
     )
 
 
+def format_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells (the first row the header) as aligned lines: the first column left, the rest right."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.ljust(width) if column == 0 else cell.rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths))
+        )
+        for row in rows
+    ]
+
+
 def format_summary(profile: dict) -> str:
     """`Profiler.as_dict()` as a table (str)."""
     rows = [HEADER]
@@ -36,14 +48,7 @@ def format_summary(profile: dict) -> str:
     total = sum(stats["total_s"] for stats in profile["stages"].values())
     rows.append(("host: total", "", f"{total:.3f}", "", "", "", f"{1.0 if total else 0.0:.1%}"))
     rows += [_row(f"device: {DEVICE_NAMES[kind]}", stats) for kind, stats in profile["device"].items()]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(HEADER))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if column == 0 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(row, widths))
-        )
-        for row in rows
-    ]
+    lines = format_table(rows)
     memory = ", ".join(
         f"{MEMORY_NAMES[key]} {'n/a' if value is None else f'{value / GIB:.3f} GiB'}"
         for key, value in profile["memory"].items()
