@@ -44,12 +44,9 @@ def fp8_linear_reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) 
 
 
 def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """`x @ (q * scale)ᵀ` on the fp8 tensor cores: x quantized to e4m3 with a scale per row (token)."""
-    rows = x.reshape(-1, x.shape[-1])
-    amax = rows.abs().amax(dim=1, keepdim=True).float()
-    x_scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    x_q = (rows.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-    y = torch._scaled_mm(x_q, q.t(), scale_a=x_scale, scale_b=scale.view(1, -1), out_dtype=x.dtype)
+    """`x @ (q * scale)ᵀ` on the fp8 tensor cores: x quantized as the weights are, a scale per row (token)."""
+    x_q, x_scale = quantize_rows(x.reshape(-1, x.shape[-1]))
+    y = torch._scaled_mm(x_q, q.t(), scale_a=x_scale[:, None], scale_b=scale[None, :], out_dtype=x.dtype)
     return y.view(*x.shape[:-1], q.shape[0])
 
 
