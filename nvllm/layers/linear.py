@@ -31,7 +31,7 @@ def _copy_slice(param: nn.Parameter, full: torch.Tensor, dim: int, offset: int =
 
 class _Linear(nn.Module):
     """A weight `[output_size, input_size]` (this rank's slice), in the default dtype or, quantized, in fp8
-    with its scales; `load_matrix` copies a checkpoint tensor in."""
+    with its scales; `load_slice` copies a checkpoint tensor in."""
 
     def __init__(self, output_size: int, input_size: int, quantization: str):
         super().__init__()
@@ -41,11 +41,13 @@ class _Linear(nn.Module):
         scale = torch.empty(output_size, dtype=torch.float32) if quantization == "fp8" else None
         self.register_buffer("weight_scale", scale)
 
-    def load_matrix(self, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None) -> None:
-        """This rank's slice of `full` along `dim` into `weight[offset:offset+size]` (dim 0) or the whole
-        weight (dim 1); quantized, the rows' scales come from the whole rows of `full`."""
-        if self.weight_scale is None:
-            _copy_slice(self.weight, full, dim, offset, size)
+    def load_slice(
+        self, param: nn.Parameter, full: torch.Tensor, dim: int, offset: int = 0, size: int | None = None
+    ) -> None:
+        """This rank's slice of `full` along `dim` into `param[offset:offset+size]`; into a quantized weight
+        with the scales of the whole rows of `full`."""
+        if param is not self.weight or self.weight_scale is None:
+            _copy_slice(param, full, dim, offset, size)
             return
         q, scale = quantize_rows(full)
         _copy_slice(self.weight, q, dim, offset, size)
@@ -66,10 +68,7 @@ class ColumnParallelLinear(_Linear):
             self.bias = nn.Parameter(torch.empty(output_size // tp_size()), requires_grad=False)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor) -> None:
-        if param is self.weight:
-            self.load_matrix(full, 0)
-        else:
-            _copy_slice(param, full, 0)
+        self.load_slice(param, full, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return apply_linear(x, self.weight, self.bias, self.weight_scale)
@@ -86,7 +85,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int) -> None:
         local_sizes = [size // tp_size() for size in self.output_sizes]
-        self.load_matrix(full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
+        self.load_slice(param, full, 0, sum(local_sizes[:shard_id]), local_sizes[shard_id])
 
 
 class GateUpSiluParallelLinear(MergedColumnParallelLinear):
@@ -122,7 +121,7 @@ class QKVParallelLinear(ColumnParallelLinear):
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: str) -> None:
         offset = {"q": 0, "k": self.local_sizes["q"], "v": self.local_sizes["q"] + self.local_sizes["k"]}
-        self.load_matrix(full, 0, offset[shard_id], self.local_sizes[shard_id])
+        self.load_slice(param, full, 0, offset[shard_id], self.local_sizes[shard_id])
 
 
 class RowParallelLinear(_Linear):
@@ -139,7 +138,7 @@ class RowParallelLinear(_Linear):
         if param is self.bias:
             param.data.copy_(full)  # whole on every rank: added once, after the reduction
         else:
-            self.load_matrix(full, 1)
+            self.load_slice(param, full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = all_reduce(apply_linear(x, self.weight, weight_scale=self.weight_scale))
