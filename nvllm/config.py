@@ -28,7 +28,7 @@ class ModelConfig:
     path: str | None = None  # an HF checkpoint dir; None = seeded random weights of this architecture
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     # none | fp8: the decoder layers' matmul weights stored in float8 (e4m3), each output channel with its
-    # own scale, quantized from the checkpoint's weights as they load (nvllm.layers.fp8); the embedding and
+    # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and
     # the LM head stay in `dtype`. Never the default: it changes the model's outputs.
     quantization: str = "none"
     architecture: str = "Qwen3ForCausalLM"

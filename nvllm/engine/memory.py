@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from nvllm.config import EngineConfig
+from nvllm.config import EngineConfig, ModelConfig
 from nvllm.models.weights import parameter_bytes
 
 GIB = 2**30
@@ -30,7 +30,7 @@ def weight_bytes(config: EngineConfig, dtype: torch.dtype) -> int:
     return sum(parameter_bytes(config.model, dtype).values()) // config.parallel.tensor_parallel_size
 
 
-def weights_dtype(model) -> str:
+def weights_dtype(model: ModelConfig) -> str:
     """How the weights are stored, for a message: the dtype, and fp8 for the quantized matmuls."""
     return model.dtype if model.quantization == "none" else f"{model.dtype}, {model.quantization} matmuls"
 

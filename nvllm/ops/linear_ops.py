@@ -10,7 +10,8 @@ packed `[gate | up]` output as one op, so that small batches run them as one ker
 the activation in its epilogue, which also writes half the output).
 
 Both take an fp8 weight with its scales too (`weight_scale`, `model.quantization=fp8`; `nvllm.ops.fp8`): small
-batches then run the skinny kernel on the fp8 weight, larger ones `torch._scaled_mm`.
+CUDA batches then run the skinny kernel on the fp8 weight, larger ones `torch._scaled_mm`, the CPU the fp32
+reference.
 
 Layers call `apply_linear` and `apply_linear_silu_mul`, which take the ops only inside a compiled graph (see
 there).

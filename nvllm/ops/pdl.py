@@ -65,8 +65,9 @@ def _supported(device_index: int) -> bool:
 
 
 def pdl_launch(device: torch.device) -> dict:
-    """A launch's keyword arguments for a kernel that starts with `overlap_prior_kernel(PDL)`: launched with
-    PDL where the GPU has it (compute capability 9.0 and later)."""
+    """A launch's keyword arguments for a kernel with a `PDL` constexpr that waits for the prior kernel before
+    it reads what earlier kernels wrote: launched with PDL where the GPU has it (compute capability 9.0
+    and later)."""
     if device.type == "cuda" and _supported(
         torch.cuda.current_device() if device.index is None else device.index
     ):
