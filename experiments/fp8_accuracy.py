@@ -1,9 +1,12 @@
-"""FP8 weights against the model's own dtype: the same random weights and prompts, greedy, one engine each.
+"""FP8 weights against the model's own dtype, both against float32: the same random weights and prompts,
+greedy, one engine each. The float32 engine (eager, the torch attention backend) is the reference that
+tells fp8's error from the one the model's dtype makes anyway: random models put many tokens at near-ties,
+so even bf16 parts from float32 early.
 
-For each prompt: how many tokens the two greedy generations share before they part, and where they part, how
-far apart the reference put the two tokens (the log-probability of its token minus that of fp8's: a near-tie
-is a small gap). Over the shared tokens: how far fp8's log-probability of each token is from the
-reference's. Also the weights' memory of each engine.
+For each prompt and pair: how many tokens the two greedy generations share before they part, and where they
+part, how far apart the reference put the two tokens (the log-probability of its token minus that of the
+other's: a near-tie is a small gap). Over the shared tokens: how far the other's log-probability of each
+token is from the reference's. Also the weights' memory of each engine.
 
 `python -m experiments.fp8_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128] [--new 256]`
 (on the CPU: `--model tiny`)."""
@@ -53,32 +56,49 @@ def agreement(reference: CompletionOutput, other: CompletionOutput) -> Agreement
     return Agreement(shared, shared < len(pairs), gap, mean)
 
 
-def greedy_outputs(model: str, quantization: str, prompts: list[list[int]], new_tokens: int):
-    """The greedy completions of `prompts` and the engine's weights' memory in GiB."""
+# the engines compared: the reference, the model's dtype, and fp8 weights
+ENGINES = {
+    "float32": dict(model__dtype="float32", attention__backend="torch", enforce_eager=True),
+    "dtype": {},
+    "fp8": dict(model__quantization="fp8"),
+}
+PAIRS = (("float32", "dtype"), ("float32", "fp8"), ("dtype", "fp8"))  # (reference, other)
+
+
+def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tokens: int):
+    """The greedy completions of `prompts` by an engine of `settings`, its weights' memory in GiB and its
+    dtype's name."""
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
-    with LLM(model, model__quantization=quantization) as llm:
+    with LLM(model, **settings) as llm:
         weights = sum(t.numel() * t.element_size() for t in llm.model_runner.model.state_dict().values())
         outputs = [request.outputs[0] for request in llm.generate(prompts, params, use_tqdm=False)]
-    return outputs, weights / 2**30
+        dtype = str(llm.model_runner.dtype).removeprefix("torch.")
+    return outputs, weights / 2**30, dtype
 
 
-def report(model: str, agreements: list[Agreement], weights_gib: dict[str, float], new_tokens: int) -> str:
-    gaps = [a.gap_at_parting for a in agreements if a.gap_at_parting is not None]
-    parted = sum(a.parted for a in agreements)
+def report(
+    model: str, agreements: dict[tuple, list[Agreement]], weights_gib: dict[str, float], dtype: str
+) -> str:
+    """One table row per (reference, other) pair of `agreements`."""
+    first = next(iter(agreements.values()))
+    names = {"float32": "float32", "dtype": dtype, "fp8": "fp8"}
     lines = [
-        f"{model}, {len(agreements)} prompts, {new_tokens} greedy tokens each: fp8 against the model's dtype",
-        f"- weights: {weights_gib['none']:.2f} GiB, fp8 {weights_gib['fp8']:.2f} GiB",
-        f"- prompts whose generations never part: {len(agreements) - parted} of {len(agreements)}",
-        f"- tokens shared before parting: median {statistics.median(a.shared for a in agreements)}, "
-        f"min {min(a.shared for a in agreements)}",
-        f"- mean |log-probability difference| over the shared tokens: "
-        f"{statistics.fmean(a.mean_logprob_difference for a in agreements):.4f}",
+        f"{model}, {len(first)} prompts, greedy; weights: "
+        + ", ".join(f"{names[name]} {gib:.2f} GiB" for name, gib in weights_gib.items()),
+        "",
+        "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
+        f"| gap where they part, nats: median (max), partings in the reference's top {TOP_LOGPROBS} |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    if gaps:
+    for (reference, other), pair in agreements.items():
+        gaps = [a.gap_at_parting for a in pair if a.gap_at_parting is not None]
+        parted = sum(a.parted for a in pair)
+        shared = [a.shared for a in pair]
+        gap = f"{statistics.median(gaps):.3f} ({max(gaps):.3f}), {len(gaps)} of {parted}" if gaps else "-"
         lines.append(
-            f"- where they part, the reference's gap between the two tokens: median "
-            f"{statistics.median(gaps):.3f}, max {max(gaps):.3f} nats ({len(gaps)} of {parted} partings "
-            f"in its top {TOP_LOGPROBS})"
+            f"| {names[other]} against {names[reference]} | {len(pair) - parted} of {len(pair)} "
+            f"| {statistics.median(shared)} ({min(shared)}) "
+            f"| {statistics.fmean(a.mean_logprob_difference for a in pair):.4f} | {gap} |"
         )
     return "\n".join(lines)
 
@@ -93,15 +113,16 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     prompts = [[rng.randrange(args.vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
-    outputs, weights = {}, {}
-    for quantization in ("none", "fp8"):
-        outputs[quantization], weights[quantization] = greedy_outputs(
-            args.model, quantization, prompts, args.new
-        )
+    outputs, weights, dtypes = {}, {}, {}
+    for name, settings in ENGINES.items():
+        outputs[name], weights[name], dtypes[name] = greedy_outputs(args.model, settings, prompts, args.new)
         if torch.cuda.is_available():
-            torch.cuda.empty_cache()  # the first engine's memory, for the second's KV cache
-    agreements = [agreement(a, b) for a, b in zip(outputs["none"], outputs["fp8"], strict=True)]
-    print(report(args.model, agreements, weights, args.new))
+            torch.cuda.empty_cache()  # this engine's memory, for the next one's KV cache
+    agreements = {
+        (reference, other): [agreement(a, b) for a, b in zip(outputs[reference], outputs[other], strict=True)]
+        for reference, other in PAIRS
+    }
+    print(report(args.model, agreements, weights, dtypes["dtype"]))
 
 
 if __name__ == "__main__":

@@ -10,10 +10,15 @@ is read once, with the other layers' in between, so a weight never is in the L2 
 With `--fp8`, the weights in float8 with a scale per row (`model.quantization=fp8`): `torch._scaled_mm`
 (activations quantized per token) against the skinny kernel on the fp8 weight.
 
+`--wide` sweeps a larger grid (longer K slices, 8 warps, 2 to 6 stages) over the decoder layers' shapes,
+for shapes where no configuration of the table's grid reaches the memory's bandwidth; `--model` keeps one
+model's shapes.
+
 A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
 (Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
 
-`python -m experiments.skinny_matmul_bench [--gated] [--fp8] [--jobs N] [--compile-only]`"""
+`python -m experiments.skinny_matmul_bench [--gated] [--fp8] [--wide] [--model M] [--jobs N]
+[--compile-only]`"""
 
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
 }
 ROWS = (1, 2, 8, 16)
 CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5)))
+WIDE_CONFIGS = list(itertools.product((16, 32, 64), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
 # the gated kernel reads two strips a program, so its blocks top out at half the plain kernel's bytes a step
 GATED_CONFIGS = list(itertools.product((16, 32), (128, 256), (4,), (3, 4, 5)))
 
@@ -96,13 +102,15 @@ def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]
     return min(timed)
 
 
-def best_configs(fp8: bool) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
-    """Per shape: the configuration with the least time summed over `ROWS`, its time and cuBLAS' (µs);
-    `fp8`: the weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
+def best_configs(
+    fp8: bool, configs: list, shapes: dict[str, list]
+) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
+    """Per shape of `shapes`: the one of `configs` with the least time summed over `ROWS`, its time and
+    cuBLAS' (µs); `fp8`: the weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
     torch.manual_seed(0)
     best = {}
-    for model, shapes in SHAPES.items():
-        for n, k in shapes:
+    for model, model_shapes in shapes.items():
+        for n, k in model_shapes:
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
             if fp8:
@@ -112,7 +120,7 @@ def best_configs(fp8: bool) -> dict[tuple[int, int], tuple[tuple[int, int, int, 
             else:
                 cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
                 run = partial(skinny_matmul, weight=weight)
-            total, config, times = fastest(run, CONFIGS, xs)
+            total, config, times = fastest(run, configs, xs)
             gb = n * k * weight.element_size() / 1e9
             print(
                 f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
@@ -172,11 +180,11 @@ def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool]) -> Non
         pass
 
 
-def compile_all(gated: bool, fp8: bool, jobs: int) -> None:
+def compile_all(configs: list, gated: bool, fp8: bool, jobs: int) -> None:
     """`compile_one` over every `(config, rows)` of a sweep, in `jobs` processes."""
     import experiments.skinny_matmul_bench as bench  # by its name, so the workers can find `compile_one`
 
-    trials = [(config, m, gated, fp8) for config in (GATED_CONFIGS if gated else CONFIGS) for m in ROWS]
+    trials = [(config, m, gated, fp8) for config in configs for m in ROWS]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(bench.compile_one, trials))
 
@@ -185,15 +193,21 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
     parser.add_argument("--fp8", action="store_true", help="fp8 weights (not with --gated)")
+    parser.add_argument("--wide", action="store_true", help="the larger grid, the decoder layers' shapes")
+    parser.add_argument("--model", choices=sorted(SHAPES), help="one model's shapes (default: both)")
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
     parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
     args = parser.parse_args()
-    if args.fp8 and args.gated:
-        parser.error("--fp8 sweeps the plain kernel only")
+    if args.gated and (args.fp8 or args.wide or args.model):
+        parser.error("--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model)")
+    configs = GATED_CONFIGS if args.gated else WIDE_CONFIGS if args.wide else CONFIGS
+    models = [args.model] if args.model else list(SHAPES)
+    # the wide grid: the decoder layers' shapes, without the LM head (the last)
+    shapes = {model: SHAPES[model][:-1] if args.wide else SHAPES[model] for model in models}
     if args.jobs:
-        compile_all(args.gated, args.fp8, args.jobs)
+        compile_all(configs, args.gated, args.fp8, args.jobs)
     if args.gated and not args.compile_only:
         gated_projections()
     elif not args.compile_only:
-        for shape, (config, skinny_us, cublas_us) in best_configs(args.fp8).items():
+        for shape, (config, skinny_us, cublas_us) in best_configs(args.fp8, configs, shapes).items():
             print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")

@@ -140,7 +140,12 @@ def test_fp8_engine_on_the_gpu_computes_what_bf16_does_on_the_dequantized_weight
 
     small = [random_prompt(5, seed=1), random_prompt(7, seed=2)]  # 12 tokens: one skinny prefill
     large = [random_prompt(5, seed=3), random_prompt(40, seed=4)]  # 45: torch._scaled_mm
-    settings = dict(model__vocab_size=TINY_VOCAB_SIZE, model__dtype="bfloat16", gpu_memory_utilization=0.2)
+    settings = dict(
+        model__vocab_size=TINY_VOCAB_SIZE,
+        model__head_dim=128,  # the real models' (flash-attn builds may serve no other)
+        model__dtype="bfloat16",
+        gpu_memory_utilization=0.2,
+    )
     with LLM("tiny", model__quantization="fp8", **settings) as llm:  # compiled, CUDA graphs
         fp8_small, fp8_large = prefill_logits(llm, small), prefill_logits(llm, large)
         layers = llm.model_runner.model.model.layers
@@ -161,7 +166,7 @@ def test_fp8_engine_on_the_gpu_computes_what_bf16_does_on_the_dequantized_weight
 
 
 def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part():
-    from experiments.fp8_accuracy import agreement
+    from experiments.fp8_accuracy import agreement, report
     from nvllm.outputs import CompletionOutput
 
     reference = CompletionOutput(
@@ -177,4 +182,10 @@ def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part
         False,
         None,
         0,
+    )
+    table = report("m", {("float32", "fp8"): [result, same]}, {"float32": 2.0, "fp8": 0.5}, "bfloat16")
+    # one row: one of the two never parts, shared 1 and 3 tokens, log-prob differences 0.25 and 0
+    assert (
+        table.splitlines()[-1]
+        == "| fp8 against float32 | 1 of 2 | 2.0 (1) | 0.1250 | 0.250 (0.250), 1 of 1 |"
     )
