@@ -77,13 +77,17 @@ def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tok
 
 
 def report(
-    model: str, agreements: dict[tuple, list[Agreement]], weights_gib: dict[str, float], dtype: str
+    model: str,
+    agreements: dict[tuple, list[Agreement]],
+    weights_gib: dict[str, float],
+    dtype: str,
+    new_tokens: int,
 ) -> str:
     """One table row per (reference, other) pair of `agreements`."""
     first = next(iter(agreements.values()))
     names = {"float32": "float32", "dtype": dtype, "fp8": "fp8"}
     lines = [
-        f"{model}, {len(first)} prompts, greedy; weights: "
+        f"{model}, {len(first)} prompts, {new_tokens} greedy tokens each; weights: "
         + ", ".join(f"{names[name]} {gib:.2f} GiB" for name, gib in weights_gib.items()),
         "",
         "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
@@ -122,7 +126,7 @@ def main() -> None:
         (reference, other): [agreement(a, b) for a, b in zip(outputs[reference], outputs[other], strict=True)]
         for reference, other in PAIRS
     }
-    print(report(args.model, agreements, weights, dtypes["dtype"]))
+    print(report(args.model, agreements, weights, dtypes["dtype"], args.new))
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part
         None,
         0,
     )
-    table = report("m", {("float32", "fp8"): [result, same]}, {"float32": 2.0, "fp8": 0.5}, "bfloat16")
+    table = report("m", {("float32", "fp8"): [result, same]}, {"float32": 2.0, "fp8": 0.5}, "bfloat16", 3)
     # one row: one of the two never parts, shared 1 and 3 tokens, log-prob differences 0.25 and 0
     assert (
         table.splitlines()[-1]
