@@ -94,17 +94,18 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     )
 
 
+@pytest.mark.parametrize("block_n", [64, 128])  # the kernel's two tiles (`tile_tokens`)
 @pytest.mark.parametrize("num_splits", [1, 2, 16])  # 16: more splits than a short row has 64-token tiles
 @pytest.mark.parametrize("heads", [HEADS, 4 * KV_HEADS])  # Qwen3-0.6B's groups of 2 queries, Qwen3-8B's of 4
-def test_triton_decode_kernel_matches_flash_attn(heads, num_splits):
+def test_triton_decode_kernel_matches_flash_attn(heads, num_splits, block_n):
     from flash_attn import flash_attn_with_kvcache
 
     from nvllm.ops.paged_decode_attention import paged_decode_attention
 
     torch.manual_seed(0)
     rows, width = 72, 5
-    # no KV, within one 64-token tile, across tile and block edges, over several blocks
-    lengths = [0, 1, 63, 64, 65, 255, 256, 257, 1000, width * BLOCK]
+    # no KV, within one tile, across tile and block edges, over several blocks
+    lengths = [0, 1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, width * BLOCK]
     seqlens = torch.tensor(lengths + torch.randint(1, width * BLOCK, (rows - len(lengths),)).tolist())
     seqlens = seqlens.to(torch.int32).cuda()
     tables = torch.randperm(rows * width).view(rows, width).to(torch.int32).cuda()
@@ -113,7 +114,7 @@ def test_triton_decode_kernel_matches_flash_attn(heads, num_splits):
     # the query as the model hands it over: heads split off a wider row
     query = torch.randn(rows, heads + 2 * KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)[:, :heads]
     scale = HEAD_DIM**-0.5
-    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, num_splits)
+    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n)
     expected_out, expected_lse = flash_attn_with_kvcache(
         query[:, None],
         k_cache,

@@ -21,7 +21,19 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
-BLOCK_N = 64  # KV tokens per loop iteration (a KV block holds a whole number of them)
+# KV tokens per loop iteration (a KV block holds a whole number of them). A step of many rows, one program
+# per (row, KV head) reading the row's whole KV, keeps more of it in flight with the long tile, while a
+# split step's short parts would only be padded further (`python -m experiments.decode_attention_bench`;
+# experiments/results/2026-12-01-h200-session14.md).
+TILE_TOKENS = 64
+LONG_TILE_TOKENS = 128
+LONG_TILE_MIN_PROGRAMS = 1024  # (row, KV head) programs of a step without splits
+
+
+def tile_tokens(rows: int, num_kv_heads: int, num_splits: int) -> int:
+    """KV tokens per loop iteration for a step of `rows` rows cut into `num_splits` splits."""
+    many_programs = rows * num_kv_heads >= LONG_TILE_MIN_PROGRAMS
+    return LONG_TILE_TOKENS if num_splits == 1 and many_programs else TILE_TOKENS
 
 
 @triton.jit
@@ -143,16 +155,19 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     scale: float,
     num_splits: int = 1,
+    block_n: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`), each row's KV in `num_splits`
-    parts (a power of two) read by programs of their own. Returns the output and the natural-log
-    log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
+    parts (a power of two) read by programs of their own, `block_n` KV tokens a loop iteration (by default
+    `tile_tokens`'). Returns the output and the natural-log log-sum-exp `[rows, heads]` (fp32); a row with
+    no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
+    block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
     assert query.stride(-1) == 1 and block_tables.stride(-1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
-    assert block_size % BLOCK_N == 0 and head_dim == triton.next_power_of_2(head_dim)
+    assert block_size % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
     assert num_splits >= 1 and num_splits == triton.next_power_of_2(num_splits)
     group = num_heads // num_kv_heads
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
@@ -180,7 +195,7 @@ def paged_decode_attention(
         GROUP=group,
         GROUP_ROWS=max(MIN_QUERY_ROWS, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         num_warps=4,
         num_stages=2,
