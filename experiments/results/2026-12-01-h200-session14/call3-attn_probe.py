@@ -1,5 +1,6 @@
-"""Probe (not committed): the decode attention kernel's BLOCK_N / warps / stages at the benches' shapes, and
-rows taken longest first (LPT) against in order."""
+"""Probe (session 14, call 3): the decode attention kernel's BLOCK_N / warps / stages at the benches' shapes,
+and rows taken longest first (LPT) against in order. The call ran a hand-written copy of the kernel with the
+row read from `order`; kept here, that variant is derived from the kernel's own source (the same edit)."""
 import itertools, sys, multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
@@ -38,54 +39,25 @@ def launch(query, k_cache, v_cache, seqlens, tables, order, cfg, splits):
     return out
 
 
-@triton.jit
-def _ordered_kernel(query_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seqlens_ptr, out_ptr, lse_ptr, order_ptr,
-                    query_row_stride, query_head_stride, out_row_stride, out_head_stride, block_table_stride, scale,
-                    BLOCK_SIZE: tl.constexpr, NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_ROWS: tl.constexpr,
-                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PDL: tl.constexpr):
-    # program (i, head, split) takes row order[i]: rows longest first
-    row = tl.load(order_ptr + tl.program_id(0))
-    kv_head = tl.program_id(1)
-    split = tl.program_id(2)
-    seqlen = tl.load(seqlens_ptr + row)
-    split_len = tl.cdiv(tl.cdiv(seqlen, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    split_start = split * split_len
-    split_end = tl.minimum(seqlen, split_start + split_len)
-    group = tl.arange(0, GROUP_ROWS)
-    dims = tl.arange(0, HEAD_DIM)
-    heads = kv_head * GROUP + group
-    in_group = group < GROUP
-    query = tl.load(query_ptr + row * query_row_stride + heads[:, None] * query_head_stride + dims[None, :],
-                    mask=in_group[:, None], other=0.0)
-    running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
-    normaliser = tl.zeros([GROUP_ROWS], tl.float32)
-    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-    tokens = tl.arange(0, BLOCK_N)
-    for start in range(split_start, split_end, BLOCK_N):
-        block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
-        slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
-        inside = start + tokens < split_end
-        offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-        scores = tl.dot(query, tl.trans(key)) * scale
-        scores = tl.where(inside[None, :], scores, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, 1))
-        weights = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(running_max - new_max)
-        normaliser = normaliser * rescale + tl.sum(weights, 1)
-        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-        acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
-        running_max = new_max
-    attended = normaliser > 0
-    safe_normaliser = tl.where(attended, normaliser, 1.0)
-    out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
-    num_rows = tl.num_programs(0)
-    out_ptr += split * num_rows * out_row_stride
-    tl.store(out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
-    lse = tl.where(attended, running_max + tl.log(safe_normaliser), float("-inf"))
-    lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
-    tl.store(lse_ptr + heads, lse, mask=in_group)
+def _ordered_kernel_from_source():
+    """`_paged_decode_kernel` whose program (i, head, split) takes row order[i] (rows longest first): its source
+    with the row read from `order_ptr`, written to a module of its own (Triton compiles from source files)."""
+    import importlib.util, inspect, tempfile
+    source = inspect.getsource(pda._paged_decode_kernel.fn)
+    source = source.replace("    lse_ptr,\n", "    lse_ptr,\n    order_ptr,\n", 1)
+    source = source.replace("row = tl.program_id(0)", "row = tl.load(order_ptr + tl.program_id(0))")
+    source = source.replace("    wait_for_prior_kernel(PDL)\n", "", 1).replace("launch_next_kernel(PDL)", "pass")
+    source = source.replace("_paged_decode_kernel", "_ordered_kernel")
+    path = tempfile.mkdtemp() + "/ordered_decode.py"
+    with open(path, "w") as file:
+        file.write("import triton\nimport triton.language as tl\n\n" + source)
+    spec = importlib.util.spec_from_file_location("ordered_decode", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._ordered_kernel
+
+
+_ordered_kernel = _ordered_kernel_from_source()
 
 
 def cases():
