@@ -160,8 +160,8 @@ def paged_decode_attention(
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`), each row's KV in `num_splits`
     parts (a power of two) read by programs of their own, `block_n` KV tokens a loop iteration (by default
-    `tile_tokens`'). Returns the output and the natural-log log-sum-exp `[rows, heads]` (fp32); a row with
-    no tokens gets zeros and -inf."""
+    what `tile_tokens` picks). Returns the output and the natural-log log-sum-exp `[rows, heads]` (fp32);
+    a row with no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
