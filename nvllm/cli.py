@@ -61,8 +61,8 @@ def complete(args: list[str]) -> None:
 
 
 def summarize(args: list[str]) -> None:
-    from experiments.sweep_summary import summarize as summarize_sweep
-    from experiments.sweep_summary import summary_config
+    from experiments.harness.sweep_summary import summarize as summarize_sweep
+    from experiments.harness.sweep_summary import summary_config
 
     parser = argparse.ArgumentParser(prog="nvllm summarize", description=COMMANDS["summarize"])
     parser.add_argument("sweep_dir", type=Path)
@@ -84,7 +84,7 @@ def summarize(args: list[str]) -> None:
 
 
 def compare(args: list[str]) -> None:
-    from experiments.compare import compare as compare_dirs
+    from experiments.harness.compare import compare as compare_dirs
 
     parser = argparse.ArgumentParser(prog="nvllm compare", description=COMMANDS["compare"])
     parser.add_argument("dir_a", type=Path)

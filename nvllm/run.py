@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
 from omegaconf import DictConfig
 
-from experiments.config import conf_dir, register_configs
+from experiments.harness.config import conf_dir, register_configs
 
 CONF_DIR = conf_dir()
 

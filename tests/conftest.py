@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tests.checkpoints import write_checkpoint
+from tests.helpers.checkpoints import write_checkpoint
 
 # The CI machine has 2 cores; OpenMP's spinning threads make the tiny models' small matmuls far slower on a
 # loaded machine, and one thread is as fast as two on an idle one at these sizes.

@@ -13,7 +13,7 @@ from nvllm.attention.padding import padded_size
 from nvllm.transfer import to_device
 
 if TYPE_CHECKING:
-    from nvllm.engine.step_inputs import StepInputs
+    from nvllm.runner.step_inputs import StepInputs
 
 
 def one_query_per_sequence(num_query_rows: int, num_seqs: int) -> bool:

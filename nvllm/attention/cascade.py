@@ -61,7 +61,8 @@ def prefix_slots(num_rows: int) -> int:
 # prefix_len * (group_size - 1) tokens of KV, reach this many: below it, the extra kernels of a cascade step
 # (the prefix pass, the gathers and the merge, per layer) cost more than reading the prefix per sequence.
 # Measured for the Qwen3-0.6B shape (8 KV heads of 128) on the H200 by `python -m
-# experiments.cascade_crossover`, which times decode steps both ways over a grid of prefix lengths and group
+# experiments.studies.cascade_crossover`, which times decode steps both ways over a grid of prefix lengths
+# and group
 # sizes (experiments/results/2026-12-01-h200-session7.md): every cell that saved this many tokens or more
 # was faster by cascade.
 CASCADE_MIN_SAVED_TOKENS = 32512

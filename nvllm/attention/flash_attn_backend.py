@@ -10,7 +10,7 @@ from nvllm.attention.backend import AttentionBackend
 # A decode step's KV is cut into splits, each read by a program of its own (one per row, KV head and split),
 # until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
 # while more splits than that only add partial results to combine. Measured on the H200, over 1 to 256
-# rows and contexts of 256 to 4096 tokens (`python -m experiments.decode_attention_bench`):
+# rows and contexts of 256 to 4096 tokens (`python -m experiments.kernels.decode_attention_bench`):
 # experiments/results/2026-12-01-h200-session9.md.
 DECODE_PROGRAMS = 512
 MAX_DECODE_KV_SPLITS = 32

@@ -12,27 +12,34 @@ from collections.abc import Sequence as SequenceLike
 from tqdm.auto import tqdm
 
 from nvllm.attention.cascade import decode_kv_reads
-from nvllm.chat import chat_prompts
 from nvllm.config import EngineConfig, resolve
-from nvllm.engine.block_manager import BlockManager
-from nvllm.engine.compile_cache import save_cache_artifacts
-from nvllm.engine.graph_runner import decode_capture_sizes
-from nvllm.engine.launched_batch import LaunchedBatch
-from nvllm.engine.memory import check_fits, kv_bytes_per_block, weight_bytes
-from nvllm.engine.model_runner import DTYPES, ModelRunner
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
-from nvllm.engine.request_processing import request_processing
-from nvllm.engine.requests import Prompt, check_priority, check_request, paired, priorities, token_ids_of
-from nvllm.engine.scheduler import ScheduledBatch, Scheduler
-from nvllm.engine.sequence import Sequence
-from nvllm.engine.step_inputs import StepInputBuilder
-from nvllm.layers.sampler import Sampler
+from nvllm.engine.request_validation import (
+    Prompt,
+    check_priority,
+    check_request,
+    paired,
+    priorities,
+    token_ids_of,
+)
 from nvllm.models import model_class
 from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
+from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
+from nvllm.runner.compile_cache import save_cache_artifacts
+from nvllm.runner.graph_runner import decode_capture_sizes
+from nvllm.runner.launched_batch import LaunchedBatch
+from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
+from nvllm.runner.model_runner import DTYPES, ModelRunner
+from nvllm.runner.step_inputs import StepInputBuilder
+from nvllm.sampling.request_processing import request_processing
+from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import MAX_SEED, SamplingParams
-from nvllm.tokenizer import load_tokenizer
-from nvllm.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
+from nvllm.scheduler.block_manager import BlockManager
+from nvllm.scheduler.scheduler import ScheduledBatch, Scheduler
+from nvllm.scheduler.sequence import Sequence
+from nvllm.tokenizer.chat import chat_prompts
+from nvllm.tokenizer.tokenizer import load_tokenizer
 
 logger = logging.getLogger("nvllm")
 
@@ -116,7 +123,7 @@ class LLMEngine:
 
     def _make_model_runner(self):
         if self.config.parallel.tensor_parallel_size > 1:
-            from nvllm.engine.tensor_parallel import TensorParallelRunner
+            from nvllm.distributed.tensor_parallel import TensorParallelRunner
 
             return TensorParallelRunner(self.config)
         return ModelRunner(self.config)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from nvllm.detokenizer import IncrementalDetokenizer, decode
-from nvllm.engine.sequence import Sequence
 from nvllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from nvllm.scheduler.sequence import Sequence
+from nvllm.tokenizer.detokenizer import IncrementalDetokenizer, decode
 
 
 def attach_detokenizer(seq: Sequence, tokenizer) -> None:

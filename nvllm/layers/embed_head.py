@@ -7,7 +7,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from nvllm.distributed import all_reduce, tp_rank, tp_size
+from nvllm.distributed.group import all_reduce, tp_rank, tp_size
 from nvllm.ops.linear_ops import linear
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from nvllm.config import QUANTIZATIONS
-from nvllm.distributed import all_reduce, tp_rank, tp_size
+from nvllm.distributed.group import all_reduce, tp_rank, tp_size
 from nvllm.ops.fp8 import FP8, quantize_rows
 from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from nvllm.config import ModelConfig
-from nvllm.distributed import tp_size
+from nvllm.distributed.group import tp_size
 from nvllm.layers.attention import Attention, AttentionMetadata
 from nvllm.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
 from nvllm.layers.linear import GateUpSiluParallelLinear, QKVParallelLinear, RowParallelLinear

@@ -23,7 +23,8 @@ from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 # KV tokens per loop iteration (a KV block holds a whole number of them). A step of many rows, one program
 # per (row, KV head) reading the row's whole KV, keeps more of it in flight with the long tile, while a
-# split step's short parts would only be padded further (`python -m experiments.decode_attention_bench`;
+# split step's short parts would only be padded further (`python -m
+# experiments.kernels.decode_attention_bench`;
 # experiments/results/2026-12-01-h200-session14.md).
 TILE_TOKENS = 64
 LONG_TILE_TOKENS = 128

@@ -100,7 +100,8 @@ def _skinny_matmul_kernel(
 
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
 
-# Per weight shape (n, k), the fastest configuration `experiments/skinny_matmul_bench.py` found on the H200
+# Per weight shape (n, k), the fastest configuration `experiments/kernels/skinny_matmul_bench.py` found on
+# the H200
 # with the weight read from memory, as in a model's step (its numbers:
 # experiments/results/2026-12-01-h200-session9.md); None where cuBLAS is faster. Other shapes get
 # DEFAULT_CONFIG.
@@ -119,7 +120,7 @@ CONFIGS: dict[tuple[int, int], Config | None] = {
     (151936, 4096): (64, 256, 4, 3),
 }
 # The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden), the fastest
-# `experiments.skinny_matmul_bench --gated` found (experiments/results/2026-12-01-h200-session11.md).
+# `experiments.kernels.skinny_matmul_bench --gated` found (experiments/results/2026-12-01-h200-session11.md).
 GATED_CONFIGS: dict[tuple[int, int], Config | None] = {
     (6144, 1024): (32, 128, 4, 5),
     (24576, 4096): (32, 128, 4, 3),

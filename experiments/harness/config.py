@@ -1,0 +1,211 @@
+"""The experiment harness's config: what `python -m nvllm.run` composes beyond the engine's groups (the
+workload, wandb, the runner), its registration in Hydra's ConfigStore, and the engine config it yields.
+
+The engine's groups are the library's own frozen dataclasses (`nvllm.config`); Hydra gets writable copies of
+them (OmegaConf makes a frozen dataclass node read-only, and no override could then be applied), so each
+group's keys, types and defaults still have one owner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field, fields
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from nvllm.config import EngineConfig, engine_config_from_dict, to_dataclass
+from nvllm.models.presets import PRESETS
+
+
+@dataclass
+class WorkloadConfig:
+    """The requests an experiment sends. Lengths are typed ints (so Hydra rejects a wrong type): a
+    length is drawn uniformly from [min_*, *] when min_* is set, else it is exactly *."""
+
+    num_seqs: int = 8
+    input_len: int = 128  # random-token prompts only: text prompts have the length they have
+    min_input_len: int | None = None
+    output_len: int = 64
+    min_output_len: int | None = None
+    temperature: float = 0.6
+    ignore_eos: bool = True
+    seed: int = 0  # draws the prompt tokens and the lengths; repeat i draws with seed + i
+    prompts: list[str] = field(default_factory=list)  # text, cycled to num_seqs; empty: random tokens
+    # A JSONL or CSV file of `input_len`, `output_len` rows: each repeat draws num_seqs of them (with
+    # replacement) for random-token prompts, in place of the *_len keys. Relative paths: from the working
+    # directory, else from conf/workload/ (where the example lives).
+    lengths_file: str | None = None
+    # How often the measured part runs, each time on fresh requests, after one warm-up. None: 3 on a GPU,
+    # 1 on the CPU (where a run of a full-size model takes minutes).
+    repeats: int | None = None
+    # Shared prefixes (experiments/runners/shared_prefix_workload.py): with num_prefixes > 0, the num_seqs
+    # random
+    # prompts are num_prefixes random prefixes of prefix_len tokens, num_seqs / num_prefixes requests under
+    # each, every one followed by its own suffix of input_len tokens (min_input_len to input_len).
+    num_prefixes: int = 0
+    prefix_len: int = 0
+    interleave_prefixes: bool = False  # requests ordered prefix by prefix (False) or round robin (True)
+
+
+@dataclass
+class WandbConfig:
+    project: str = "nvllm"
+    mode: str = "offline"  # online | offline | disabled; conf/wandb/default.yaml reads $WANDB_MODE
+    group: str | None = None  # the sweep experiment groups its jobs by sweep dir
+    dir: str | None = None  # None: the job's Hydra output dir
+    quiet: bool = True  # wandb prints nothing; nvllm prints one line with the run's dir and sync command
+
+
+@dataclass
+class SummaryConfig:
+    """The sweep summary's table and plot: one metric, by the swept keys `x` and `hue` (None: the first and
+    second swept key)."""
+
+    metric: str = "output_tok_per_s"
+    x: str | None = None
+    hue: str | None = None
+    y_from_zero: bool = True  # the plot's y-axis starts at 0, so that a difference looks its size
+
+
+@dataclass
+class RunnerConfig:
+    """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
+
+    _target_: str = "experiments.runners.generate.run"
+
+
+def conf_dir() -> Path:
+    """Hydra's `conf/`: inside an installed wheel (as `experiments/conf`), else at the top of the checkout.
+    The wheel's copy is looked for first: an installed package's parent is site-packages, where a `conf`
+    directory may belong to anything."""
+    installed = Path(str(resources.files("experiments") / "conf"))
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+
+
+ENGINE_KEYS = tuple(f.name for f in fields(EngineConfig))
+
+
+def validate_workload(workload: WorkloadConfig) -> None:
+    """What the schema's types cannot say about a workload, as one clear ValueError."""
+    problems = []
+    if workload.num_seqs < 1:
+        problems.append(f"workload.num_seqs={workload.num_seqs} must be positive")
+    for kind in ("input", "output"):
+        longest, shortest = getattr(workload, f"{kind}_len"), getattr(workload, f"min_{kind}_len")
+        if longest < 1:
+            problems.append(f"workload.{kind}_len={longest} must be positive")
+        if shortest is not None and not 1 <= shortest <= longest:
+            problems.append(f"workload.min_{kind}_len={shortest} must be in [1, {kind}_len={longest}]")
+    if workload.repeats is not None and workload.repeats < 1:
+        problems.append(f"workload.repeats={workload.repeats} must be positive (or null: by device)")
+    if workload.lengths_file is not None and workload.prompts:
+        problems.append(
+            "workload.lengths_file and workload.prompts exclude each other: text prompts have "
+            "the lengths they have"
+        )
+    if workload.num_prefixes and workload.lengths_file is not None:
+        problems.append("workload.num_prefixes and workload.lengths_file exclude each other")
+    if workload.num_prefixes < 0 or workload.num_prefixes and workload.num_seqs % workload.num_prefixes:
+        problems.append(
+            f"workload.num_prefixes={workload.num_prefixes} must be 0 (no shared prefix) or divide "
+            f"workload.num_seqs={workload.num_seqs}"
+        )
+    if workload.num_prefixes and (workload.prefix_len < 1 or workload.prompts):
+        problems.append(
+            "shared prefixes (workload.num_prefixes) need workload.prefix_len >= 1 and no prompts"
+        )
+    if workload.temperature < 0:
+        problems.append(f"workload.temperature={workload.temperature} must be >= 0 (0 means greedy)")
+    if problems:
+        raise ValueError("invalid workload: " + "; ".join(problems))
+
+
+DEFAULT_GPU_REPEATS = 3
+
+
+def resolved_repeats(workload: WorkloadConfig, device: str) -> int:
+    """`workload.repeats`, or by device: a GPU runs the bench workload in seconds, a CPU in minutes."""
+    if workload.repeats is not None:
+        return workload.repeats
+    return DEFAULT_GPU_REPEATS if device.startswith("cuda") else 1
+
+
+def workload_config(cfg: DictConfig) -> WorkloadConfig:
+    workload = to_dataclass(WorkloadConfig, OmegaConf.to_container(cfg.workload, resolve=True))
+    validate_workload(workload)
+    return workload
+
+
+def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:
+    """The engine's part of a composed config, validated and resolved. Only the engine's keys are resolved:
+    the others may name Hydra's runtime (`${hydra:...}`), which exists only inside a job."""
+    if isinstance(cfg, dict):
+        values = {key: cfg[key] for key in ENGINE_KEYS if key in cfg}
+    else:
+        values = {
+            key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+            for key in ENGINE_KEYS
+            if key in cfg
+        }
+    return engine_config_from_dict(values)
+
+
+@cache
+def writable(cls: type) -> type:
+    """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas. It is kept
+    in this module as `Writable<cls>`: a composed config refers to its schemas' classes, and a launcher that
+    pickles a job's config (joblib, submitit) finds them there again by name."""
+    hints = typing.get_type_hints(cls)
+    specs = []
+    for spec in fields(cls):
+        if dataclasses.is_dataclass(hints[spec.name]):
+            nested = writable(hints[spec.name])
+            specs.append((spec.name, nested, field(default_factory=nested)))
+        elif spec.default_factory is not dataclasses.MISSING:
+            specs.append((spec.name, hints[spec.name], field(default_factory=spec.default_factory)))
+        else:
+            specs.append((spec.name, hints[spec.name], field(default=spec.default)))
+    schema = dataclasses.make_dataclass(f"Writable{cls.__name__}", specs)
+    schema.__module__ = __name__
+    globals()[schema.__name__] = schema
+    return schema
+
+
+# The whole composed config: the engine's groups (writable copies) plus the workload, wandb and the runner.
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    [
+        ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
+        ("wandb", WandbConfig, field(default_factory=WandbConfig)),
+        ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
+        ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+        # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
+        ("cpu_threads", int | None, field(default=None)),
+    ],
+    bases=(writable(EngineConfig),),
+)
+RunConfig.__module__ = __name__
+
+
+def register_configs() -> None:
+    """Put the schemas in Hydra's ConfigStore: `run_schema` types the whole composed config (a wrong key
+    or type fails at composition, naming it), `<group>/schema` is what each group's YAML extends, and every
+    model preset is an option of the `model` group. Called by the harness's entry points (`nvllm.run`),
+    never on import."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="run_schema", node=RunConfig)
+    for group, schema in typing.get_type_hints(RunConfig).items():
+        # the runner and the summary are no groups of options: each experiment names its runner
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
+            store.store(group=group, name="schema", node=schema)
+    for name, preset in PRESETS.items():
+        store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))
+    from experiments.harness.help import help_config  # lists the presets stored above
+
+    store.store(group="hydra/help", name="nvllm", node=help_config(conf_dir()))

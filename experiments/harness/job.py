@@ -1,0 +1,105 @@
+"""One experiment job: its config checked and settled before anything is written, then the engine, the
+wandb run and `results.json` with provenance. Every runner goes through here:
+
+    job = prepare_job(cfg, output_dir, name, job_type="bench")
+    with job_run(job) as run:
+        repeated = measure_repeats(run.llm, job.repeats, lambda repeat: ...)
+        run.record({**repeated.spread, **engine_metrics(run.llm)}, repeated.per_repeat)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import wandb
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.harness.config import (
+    WorkloadConfig,
+    engine_config_from_run_config,
+    resolved_repeats,
+    workload_config,
+)
+from experiments.harness.engine import start_engine
+from experiments.harness.provenance import provenance
+from experiments.harness.threads import cpu_threads, thread_choice
+from experiments.harness.tracking import record, wandb_run
+from experiments.harness.workload import make_requests, read_lengths
+from nvllm import LLM
+from nvllm.config import EngineConfig
+from nvllm.engine.llm_engine import Prompt
+from nvllm.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class Job:
+    cfg: DictConfig
+    output_dir: Path
+    name: str | None  # the wandb run's: the job's overrides
+    job_type: str
+    engine: EngineConfig  # resolved for this machine
+    workload: WorkloadConfig
+    repeats: int
+
+
+def check_job_config(cfg: DictConfig) -> tuple[EngineConfig, WorkloadConfig, int]:
+    """The engine config resolved for this machine (a device or attention backend it lacks fails here),
+    the workload and the number of repeats, or a ValueError naming what is wrong."""
+    workload = workload_config(cfg)
+    engine = engine_config_from_run_config(cfg)
+    repeats = resolved_repeats(workload, engine.device)
+    if repeats > 1 and workload.prompts:
+        raise ValueError(
+            f"workload.repeats={repeats} with text prompts: every repeat would send the same prompts, which "
+            "the prefix cache serves from the first (random prompts are drawn afresh; or set repeats=1)"
+        )
+    if workload.lengths_file is not None:
+        read_lengths(workload.lengths_file)
+    thread_choice(cfg.get("cpu_threads"), engine.device)
+    return engine, workload, repeats
+
+
+def prepare_job(cfg: DictConfig, output_dir: Path, name: str | None, job_type: str) -> Job:
+    engine, workload, repeats = check_job_config(cfg)
+    return Job(cfg, Path(output_dir), name, job_type, engine, workload, repeats)
+
+
+@dataclass
+class JobRun:
+    job: Job
+    llm: LLM
+    wandb: wandb.Run
+    provenance: dict
+
+    def requests(self, repeat: int) -> tuple[list[Prompt], list[SamplingParams]]:
+        """The workload's requests for `repeat`: fresh draws each repeat."""
+        return make_requests(self.job.workload, len(self.llm.tokenizer), repeat)
+
+    def record(self, metrics: dict, per_repeat: list[dict]) -> None:
+        job = self.job
+        results = {
+            "name": job.name,
+            "job_type": job.job_type,
+            "metrics": {**metrics, "repeats": job.repeats},
+            "repeats": per_repeat,
+            "provenance": self.provenance,
+            "config": OmegaConf.to_container(job.cfg, resolve=True),
+        }
+        record(self.wandb, job.output_dir, results)
+
+
+@contextmanager
+def job_run(job: Job) -> Iterator[JobRun]:
+    """The job's CPU threads, its wandb run (config: the resolved config and the provenance) and its engine,
+    for the block."""
+    with cpu_threads(job.cfg.get("cpu_threads"), job.engine.device) as threads_from:
+        facts = {**provenance(job.engine.device), "torch_threads_from": threads_from}
+        config = {**OmegaConf.to_container(job.cfg, resolve=True), "provenance": facts}
+        with (
+            wandb_run(job.cfg.wandb, job.output_dir, job.name, job.job_type, config) as run,
+            start_engine(job.engine) as llm,
+        ):
+            yield JobRun(job, llm, run, facts)

@@ -1,0 +1,102 @@
+"""An experiment's requests, drawn from its `workload` config: text prompts, or seeded random tokens with
+lengths drawn uniformly or from a file of lengths."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+from experiments.harness.config import WorkloadConfig, conf_dir
+from experiments.runners.shared_prefix_workload import shared_prefix_prompts
+from nvllm.engine.llm_engine import Prompt
+from nvllm.sampling_params import SamplingParams
+
+# nano-vLLM's bench draws prompt token ids from [0, 10000]: the same draws make the same workload.
+MAX_RANDOM_TOKEN_ID = 10_000
+LENGTH_COLUMNS = ("input_len", "output_len")
+
+
+def lengths_path(name: str) -> Path:
+    """`workload.lengths_file` as a path: from the working directory, else from conf/workload/."""
+    path = Path(name).expanduser()
+    if path.is_absolute() or path.is_file() or not (conf_dir() / "workload" / path).is_file():
+        return path
+    return conf_dir() / "workload" / path
+
+
+def _length_rows(path: Path) -> list[dict]:
+    if path.suffix == ".jsonl":
+        lines = path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+    if path.suffix == ".csv":
+        with open(path, newline="") as file:
+            return list(csv.DictReader(file))
+    raise ValueError(f"workload.lengths_file={str(path)!r}: a .jsonl or .csv file is expected")
+
+
+def read_lengths(name: str) -> list[tuple[int, int]]:
+    """The (input_len, output_len) rows of a lengths file, each checked: positive integers."""
+    path = lengths_path(name)
+    if not path.is_file():
+        raise ValueError(
+            f"workload.lengths_file={name!r}: no such file (looked from the working directory "
+            f"and in {conf_dir() / 'workload'})"
+        )
+    try:
+        rows = _length_rows(path)
+    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:
+        raise ValueError(f"workload.lengths_file={str(path)!r} cannot be read: {error}") from None
+    lengths = []
+    for number, row in enumerate(rows, start=1):
+        values = [row.get(column) if isinstance(row, dict) else None for column in LENGTH_COLUMNS]
+        try:
+            input_len, output_len = (int(value) for value in values)
+            if float(values[0]) != input_len or float(values[1]) != output_len:
+                raise ValueError
+        except (TypeError, ValueError):
+            input_len = output_len = 0
+        if input_len < 1 or output_len < 1:
+            raise ValueError(f"{path}, row {number}: {row!r} needs positive integers {LENGTH_COLUMNS}")
+        lengths.append((input_len, output_len))
+    if not lengths:
+        raise ValueError(f"workload.lengths_file={str(path)!r} holds no rows")
+    return lengths
+
+
+def make_requests(
+    workload: WorkloadConfig, vocab_size: int, repeat: int = 0
+) -> tuple[list[Prompt], list[SamplingParams]]:
+    """`num_seqs` prompts with their sampling params; the same ones for the same seed and repeat, whatever
+    the engine. Repeat i draws with seed `workload.seed + i`: fresh random prompts, so the prefix cache
+    never serves one repeat from another's KV blocks.
+
+    Random prompts are drawn exactly as nano-vLLM's bench.py draws them (Python's `random` seeded with
+    `workload.seed`: each prompt's length then its token ids, then every output length), so that the
+    bench experiment and nano-vLLM's script run the very same requests (133,966 output tokens for seed 0)."""
+    rng = random.Random(workload.seed + repeat)
+    count = workload.num_seqs
+    max_token_id = min(MAX_RANDOM_TOKEN_ID, vocab_size - 1)
+
+    def random_prompt(num_tokens: int) -> list[int]:
+        return [rng.randint(0, max_token_id) for _ in range(num_tokens)]
+
+    def length(shortest: int | None, longest: int) -> int:
+        return longest if shortest is None else rng.randint(shortest, longest)
+
+    def params(max_tokens: int) -> SamplingParams:
+        return SamplingParams(
+            temperature=workload.temperature, max_tokens=max_tokens, ignore_eos=workload.ignore_eos
+        )
+
+    if workload.lengths_file is not None:
+        lengths = rng.choices(read_lengths(workload.lengths_file), k=count)
+        return [random_prompt(input_len) for input_len, _ in lengths], [params(out) for _, out in lengths]
+    if workload.num_prefixes:
+        prompts = shared_prefix_prompts(workload, rng, max_token_id)
+    elif workload.prompts:
+        prompts = [workload.prompts[i % len(workload.prompts)] for i in range(count)]
+    else:
+        prompts = [random_prompt(length(workload.min_input_len, workload.input_len)) for _ in range(count)]
+    return prompts, [params(length(workload.min_output_len, workload.output_len)) for _ in range(count)]

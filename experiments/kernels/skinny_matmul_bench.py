@@ -1,0 +1,214 @@
+"""Small-batch matmul kernels on the GPU: cuBLAS (`F.linear`) against `skinny_matmul` in each of its block
+configurations, for Qwen3-0.6B's and -8B's weight shapes; prints a table
+and the best configuration per shape (what `nvllm.ops.skinny_matmul.CONFIGS` holds). With `--gated`, the
+MLP's gate/up projections with their activation (`GATED_CONFIGS`): cuBLAS, or the plain skinny matmul in
+the table's configuration, then the activation's kernel, against the skinny matmul with the activation in
+its epilogue. Each time is one call inside a CUDA graph of 20 calls, replayed 10 times, each call after a
+read of a buffer larger than the L2 cache (the read's own time taken off): in a model's step every weight
+is read once, with the other layers' in between, so a weight never is in the L2 when its matmul starts.
+
+With `--fp8`, the weights in float8 with a scale per row (`model.quantization=fp8`): `torch._scaled_mm`
+(activations quantized per token) against the skinny kernel on the fp8 weight.
+
+`--wide` sweeps a larger grid (longer K slices, 8 warps, 2 to 6 stages) over the decoder layers' shapes,
+for shapes where no configuration of the table's grid reaches the memory's bandwidth; `--model` keeps one
+model's shapes.
+
+A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
+(Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
+
+`python -m experiments.kernels.skinny_matmul_bench [--gated] [--fp8] [--wide] [--model M] [--jobs N]
+[--compile-only]`"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
+from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+
+SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
+    "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
+    "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096)],
+}
+ROWS = (1, 2, 8, 16)
+CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5)))
+WIDE_CONFIGS = list(itertools.product((16, 32, 64), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
+# the gated kernel reads two strips a program, so its blocks top out at half the plain kernel's bytes a step
+GATED_CONFIGS = list(itertools.product((16, 32), (128, 256), (4,), (3, 4, 5)))
+
+
+def graph_time_us(fn, calls: int = 20, replays: int = 10) -> float:
+    """One call of `fn`, in a CUDA graph of `calls` calls replayed `replays` times."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (calls * replays)
+
+
+@functools.cache
+def l2_evicting_read() -> Callable[[], torch.Tensor]:
+    """A read of 256 MiB (five times the H200's L2): what it leaves in the L2 is none of the next kernel's
+    inputs."""
+    buffer = torch.ones(2**27, device="cuda", dtype=torch.bfloat16)
+    return buffer.sum
+
+
+@functools.cache
+def eviction_us() -> float:
+    """The evicting read's own time, taken off each timed call."""
+    return graph_time_us(l2_evicting_read())
+
+
+def time_us(fn, cold_l2: bool = True) -> float:
+    """µs per call of `fn`; `cold_l2`: its inputs read from memory, not from the L2 cache."""
+    if not cold_l2:
+        return graph_time_us(fn)
+    evict = l2_evicting_read()
+    return graph_time_us(lambda: (evict(), fn())) - eviction_us()
+
+
+def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]:
+    """The configuration with the least time summed over `ROWS` of `run(x, config=...)`: (that sum, it, its
+    time per row count)."""
+    timed = []
+    for config in configs:
+        try:
+            times = {m: time_us(partial(run, xs[m], config=config)) for m in ROWS}
+        except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
+            continue
+        timed.append((sum(times.values()), config, times))
+    return min(timed)
+
+
+def best_configs(
+    fp8: bool, configs: list, shapes: dict[str, list]
+) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
+    """Per shape of `shapes`: the one of `configs` with the least time summed over `ROWS`, its time and
+    cuBLAS' (µs); `fp8`: the weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
+    torch.manual_seed(0)
+    best = {}
+    for model, model_shapes in shapes.items():
+        for n, k in model_shapes:
+            weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
+            if fp8:
+                weight, scale = quantize_rows(weight)
+                cublas = {m: time_us(partial(scaled_mm_linear, xs[m], weight, scale)) for m in ROWS}
+                run = partial(skinny_matmul, weight=weight, weight_scale=scale)
+            else:
+                cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
+                run = partial(skinny_matmul, weight=weight)
+            total, config, times = fastest(run, configs, xs)
+            gb = n * k * weight.element_size() / 1e9
+            print(
+                f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
+                + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
+                + f" | best {config} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1",
+                flush=True,
+            )
+            best[(n, k)] = (config, total, sum(cublas.values()))
+    return best
+
+
+def activated(matmul: Callable, x) -> torch.Tensor:
+    """The unfused gate/up projection: the matmul, then the activation's kernel."""
+    from nvllm.ops.silu_and_mul import silu_and_mul
+
+    return silu_and_mul(matmul(x))
+
+
+def gated_projections() -> None:
+    """µs per call of the gate/up projection and its activation: cuBLAS then the activation's kernel, the
+    plain skinny matmul in the table's configuration then the activation's kernel, and the skinny matmul
+    with the activation in its epilogue in each configuration."""
+    torch.manual_seed(0)
+    for model, shapes in SHAPES.items():
+        n, k = shapes[2]
+        weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
+        cublas = {m: time_us(partial(activated, partial(F.linear, weight=weight), xs[m])) for m in ROWS}
+        plain_matmul = partial(skinny_matmul, weight=weight, config=skinny_config(n, k))
+        plain = {m: time_us(partial(activated, plain_matmul, xs[m])) for m in ROWS}
+        run = partial(skinny_matmul, weight=weight, gated=True)
+        total, config, fused = fastest(run, GATED_CONFIGS, xs)
+        print(
+            f"{model} gate_up {n}x{k}: "
+            + " ".join(
+                f"M={m} cublas+act {cublas[m]:.1f}us skinny+act {plain[m]:.1f}us fused {fused[m]:.1f}us"
+                for m in ROWS
+            )
+            + f" | best fused {config}",
+            flush=True,
+        )
+        print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
+
+
+def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool]) -> None:
+    """Compiles the kernel for `(config, rows, gated, fp8)`, the specialization the timing pass will ask for:
+    the sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples of 16)."""
+    config, rows, gated, fp8 = trial
+    weight = torch.zeros(512, 1024, device="cuda", dtype=torch.bfloat16)
+    scale = None
+    if fp8:
+        weight, scale = quantize_rows(weight)
+    x = torch.zeros(rows, 1024, device="cuda", dtype=torch.bfloat16)
+    try:
+        skinny_matmul(x, weight, config=config, gated=gated, weight_scale=scale)
+    except triton.runtime.errors.OutOfResources:
+        pass
+
+
+def compile_all(configs: list, gated: bool, fp8: bool, jobs: int) -> None:
+    """`compile_one` over every `(config, rows)` of a sweep, in `jobs` processes."""
+    # by its name, so the workers can find `compile_one`
+    import experiments.kernels.skinny_matmul_bench as bench
+
+    trials = [(config, m, gated, fp8) for config in configs for m in ROWS]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(bench.compile_one, trials))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
+    parser.add_argument("--fp8", action="store_true", help="fp8 weights (not with --gated)")
+    parser.add_argument("--wide", action="store_true", help="the larger grid, the decoder layers' shapes")
+    parser.add_argument("--model", choices=sorted(SHAPES), help="one model's shapes (default: both)")
+    parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
+    parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
+    args = parser.parse_args()
+    if args.gated and (args.fp8 or args.wide or args.model):
+        parser.error("--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model)")
+    configs = GATED_CONFIGS if args.gated else WIDE_CONFIGS if args.wide else CONFIGS
+    models = [args.model] if args.model else list(SHAPES)
+    # the wide grid: the decoder layers' shapes, without the LM head (the last)
+    shapes = {model: SHAPES[model][:-1] if args.wide else SHAPES[model] for model in models}
+    if args.jobs:
+        compile_all(configs, args.gated, args.fp8, args.jobs)
+    if args.gated and not args.compile_only:
+        gated_projections()
+    elif not args.compile_only:
+        for shape, (config, skinny_us, cublas_us) in best_configs(args.fp8, configs, shapes).items():
+            print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")

@@ -1,0 +1,134 @@
+"""FP8 weights against the model's own dtype, both against float32: the same random weights and prompts,
+greedy, one engine each. The float32 engine (eager, the torch attention backend) is the reference that
+tells fp8's error from the one the model's dtype makes anyway: random models put many tokens at near-ties,
+so even bf16 parts from float32 early.
+
+For each prompt and pair: how many tokens the two greedy generations share before they part, and where they
+part, how far apart the reference put the two tokens (the log-probability of its token minus that of the
+other's: a near-tie is a small gap). Over the shared tokens: how far the other's log-probability of each
+token is from the reference's. Also the weights' memory of each engine.
+
+`python -m experiments.studies.fp8_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128] [--new
+256]`
+(on the CPU: `--model tiny`)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from nvllm import LLM, SamplingParams
+from nvllm.outputs import CompletionOutput
+
+TOP_LOGPROBS = 5
+
+
+@dataclass
+class Agreement:
+    """Two greedy generations of one prompt: tokens shared before they part (all of them when they never
+    do), the reference's log-probability gap between its token and the other's where they part (None where
+    they never part, or the other's token is not in the reference's top log-probabilities), and the mean
+    absolute difference of the two log-probabilities of the shared tokens."""
+
+    shared: int
+    parted: bool
+    gap_at_parting: float | None
+    mean_logprob_difference: float
+
+
+def agreement(reference: CompletionOutput, other: CompletionOutput) -> Agreement:
+    pairs = list(zip(reference.token_ids, other.token_ids, strict=True))
+    shared = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
+    differences = [
+        abs(reference.logprobs[i][token] - other.logprobs[i][token])
+        for i, token in enumerate(reference.token_ids[:shared])
+    ]
+    gap = None
+    if shared < len(pairs):
+        at_parting = reference.logprobs[shared]
+        theirs = other.token_ids[shared]
+        if theirs in at_parting:
+            gap = at_parting[reference.token_ids[shared]] - at_parting[theirs]
+    mean = statistics.fmean(differences) if differences else 0.0
+    return Agreement(shared, shared < len(pairs), gap, mean)
+
+
+# the engines compared: the reference, the model's dtype, and fp8 weights
+ENGINES = {
+    "float32": dict(model__dtype="float32", attention__backend="torch", enforce_eager=True),
+    "dtype": {},
+    "fp8": dict(model__quantization="fp8"),
+}
+PAIRS = (("float32", "dtype"), ("float32", "fp8"), ("dtype", "fp8"))  # (reference, other)
+
+
+def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tokens: int):
+    """The greedy completions of `prompts` by an engine of `settings`, its weights' memory in GiB and its
+    dtype's name."""
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
+    with LLM(model, **settings) as llm:
+        weights = sum(t.numel() * t.element_size() for t in llm.model_runner.model.state_dict().values())
+        outputs = [request.outputs[0] for request in llm.generate(prompts, params, use_tqdm=False)]
+        dtype = str(llm.model_runner.dtype).removeprefix("torch.")
+    return outputs, weights / 2**30, dtype
+
+
+def report(
+    model: str,
+    agreements: dict[tuple, list[Agreement]],
+    weights_gib: dict[str, float],
+    dtype: str,
+    new_tokens: int,
+) -> str:
+    """One table row per (reference, other) pair of `agreements`."""
+    first = next(iter(agreements.values()))
+    names = {"float32": "float32", "dtype": dtype, "fp8": "fp8"}
+    lines = [
+        f"{model}, {len(first)} prompts, {new_tokens} greedy tokens each; weights: "
+        + ", ".join(f"{names[name]} {gib:.2f} GiB" for name, gib in weights_gib.items()),
+        "",
+        "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
+        f"| gap where they part, nats: median (max), partings in the reference's top {TOP_LOGPROBS} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for (reference, other), pair in agreements.items():
+        gaps = [a.gap_at_parting for a in pair if a.gap_at_parting is not None]
+        parted = sum(a.parted for a in pair)
+        shared = [a.shared for a in pair]
+        gap = f"{statistics.median(gaps):.3f} ({max(gaps):.3f}), {len(gaps)} of {parted}" if gaps else "-"
+        lines.append(
+            f"| {names[other]} against {names[reference]} | {len(pair) - parted} of {len(pair)} "
+            f"| {statistics.median(shared)} ({min(shared)}) "
+            f"| {statistics.fmean(a.mean_logprob_difference for a in pair):.4f} | {gap} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="qwen3-0.6b", help="a preset or a checkpoint directory")
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new", type=int, default=256, help="greedy tokens per prompt")
+    parser.add_argument("--vocab", type=int, default=151936, help="prompt token ids are drawn below this")
+    args = parser.parse_args()
+    rng = random.Random(0)
+    prompts = [[rng.randrange(args.vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
+    outputs, weights, dtypes = {}, {}, {}
+    for name, settings in ENGINES.items():
+        outputs[name], weights[name], dtypes[name] = greedy_outputs(args.model, settings, prompts, args.new)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # this engine's memory, for the next one's KV cache
+    agreements = {
+        (reference, other): [agreement(a, b) for a, b in zip(outputs[reference], outputs[other], strict=True)]
+        for reference, other in PAIRS
+    }
+    print(report(args.model, agreements, weights, dtypes["dtype"], args.new))
+
+
+if __name__ == "__main__":
+    main()

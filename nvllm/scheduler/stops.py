@@ -1,0 +1,60 @@
+"""Every rule that ends a sequence: EOS, `stop_token_ids`, stop strings (on the text, across token
+boundaries), `max_tokens` and `max_model_len`, with `min_tokens` holding the stops back."""
+
+from __future__ import annotations
+
+from nvllm.scheduler.sequence import Sequence
+
+STOP, LENGTH = "stop", "length"
+
+
+class StopChecker:
+    def __init__(self, eos_token_id: int, max_model_len: int):
+        self.eos_token_id = eos_token_id
+        self.max_model_len = max_model_len
+
+    def tokens_left(self, seq: Sequence, length: int | None = None) -> int:
+        """Tokens the sequence may still take before `max_tokens` or `max_model_len` stops it, once it is
+        `length` tokens long (default: its length on the device)."""
+        length = seq.device_len if length is None else length
+        num_completion_tokens = length - seq.num_prompt_tokens
+        return min(seq.sampling_params.max_tokens - num_completion_tokens, self.max_model_len - length)
+
+    def take(self, seq: Sequence, new_tokens: list[int]) -> tuple[int, tuple[str, str | int | None] | None]:
+        """How many of `new_tokens`, sampled after the sequence's host tokens, it takes (up to and including
+        the first that stops it), and the stop: (finish reason, stop reason), or None. A stop token or string
+        counts once the output has `min_tokens` tokens (the sampler never draws a stop token before)."""
+        stop_at = self.tokens_left(seq, seq.host_len)  # 0 at max_model_len: the token it got would pass it
+        if stop_at <= 0:
+            return 0, (LENGTH, None)
+        stop = self._first_stop(seq, new_tokens[:stop_at])
+        if stop is not None:
+            return stop[0] + 1, (STOP, stop[1])
+        if stop_at <= len(new_tokens):
+            return stop_at, (LENGTH, None)
+        return len(new_tokens), None
+
+    def _first_stop(self, seq: Sequence, tokens: list[int]) -> tuple[int, str | int | None] | None:
+        """The index of the first of `tokens` that stops the sequence, and its stop reason, or None."""
+        params = seq.sampling_params
+        if not params.stop_strings and not params.stop_token_ids and not params.min_tokens:
+            # EOS alone (most requests): no per-token work
+            if not params.ignore_eos and self.eos_token_id in tokens:
+                return tokens.index(self.eos_token_id), None
+            return None
+        stop_ids = params.stop_token_ids or ()
+        detokenizer = seq.detokenizer if params.stop_strings else None
+        for index, token in enumerate(tokens):
+            num_output = seq.num_completion_tokens + index  # before this token
+            may_stop = num_output >= params.min_tokens
+            stop_token = may_stop and (
+                token == self.eos_token_id and not params.ignore_eos or token in stop_ids
+            )
+            # the text of a stop token is part of the output, as it is without stop strings
+            if detokenizer is not None and detokenizer.add(
+                token, not stop_token and num_output + 1 >= params.min_tokens
+            ):
+                return index, detokenizer.stop_reason
+            if stop_token:
+                return index, token if token in stop_ids else None
+        return None

@@ -1,0 +1,81 @@
+"""Incremental detokenization: a completion's text grown token by token, and its stop strings.
+
+Byte-level BPE tokens can end inside a multi-byte character: decoding such a prefix ends in U+FFFD, which the
+next token may turn into a real character. Text is emitted only up to a token where it does not end so, and
+each step decodes a window of a few tokens (from `prefix_offset`), never the whole output. The concatenated
+text equals `tokenizer.decode` of all the tokens (`finish` releases what is still held at the end).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nvllm.tokenizer.tokenizer import Tokenizer
+
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def decode(tokenizer: Tokenizer, token_ids: list[int]) -> str:
+    """The one decoding rule of completions (the incremental one below agrees with it): special tokens
+    kept."""
+    return tokenizer.decode(token_ids)
+
+
+class IncrementalDetokenizer:
+    """The text of `token_ids` as they are `add`ed, and the stop strings found in it. `text` is cut before the
+    first stop string (after it with `include_stop`); `stop_reason` is then that string."""
+
+    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str] = (), include_stop: bool = False):
+        self.tokenizer = tokenizer
+        self.token_ids: list[int] = []
+        self.prefix_offset = 0  # decoding starts here: the window's first token
+        self.read_offset = 0  # the tokens before this one are in `text`
+        self.text = ""
+        self.stop_strings, self.include_stop = list(stop_strings), include_stop
+        self.stop_reason: str | None = None
+        # streaming holds back this many characters: they could start a stop string that would be cut
+        self.held_back = 0 if include_stop or not stop_strings else max(map(len, stop_strings)) - 1
+        self.num_streamed = 0  # characters of `text` handed out by `new_text`
+
+    def add(self, token_id: int, check_stop: bool = True) -> bool:
+        """Append one token; True when it completed a stop string (`check_stop`: look for one in the text
+        it added)."""
+        self.token_ids.append(token_id)
+        window_start = decode(self.tokenizer, self.token_ids[self.prefix_offset : self.read_offset])
+        window = decode(self.tokenizer, self.token_ids[self.prefix_offset :])
+        if window.endswith(REPLACEMENT_CHARACTER):
+            return False  # a character left unfinished: wait for the token that ends it
+        start = len(self.text)
+        self.text += window[len(window_start) :]
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
+        return check_stop and self._find_stop(start)
+
+    def _find_stop(self, new_from: int) -> bool:
+        """Cut `text` at the first stop string that ends in its characters from `new_from` on."""
+        found = None
+        for stop in self.stop_strings:
+            position = self.text.find(stop, max(0, new_from - len(stop) + 1))
+            if position >= 0 and (found is None or position < found[0]):
+                found = (position, stop)
+        if found is None:
+            return False
+        position, self.stop_reason = found
+        self.text = self.text[: position + len(self.stop_reason) if self.include_stop else position]
+        self.held_back = 0
+        return True
+
+    def finish(self) -> None:
+        """The output is complete: text still held for an unfinished character is released (as U+FFFD),
+        as is any held back for stop strings."""
+        if self.stop_reason is None and self.read_offset < len(self.token_ids):
+            window_start = decode(self.tokenizer, self.token_ids[self.prefix_offset : self.read_offset])
+            self.text += decode(self.tokenizer, self.token_ids[self.prefix_offset :])[len(window_start) :]
+            self.read_offset = len(self.token_ids)
+        self.held_back = 0
+
+    def new_text(self) -> str:
+        """The text not handed out before, less what is held back."""
+        end = max(self.num_streamed, len(self.text) - self.held_back)
+        delta, self.num_streamed = self.text[self.num_streamed : end], end
+        return delta

@@ -1,0 +1,78 @@
+"""The library stands apart from the experiment harness, and a wheel built from the repo serves both the
+Python API and `python -m nvllm.run` outside the checkout."""
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# without $PYTHONPATH, which would put a checkout's packages before the wheel's
+QUIET = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+QUIET |= {"OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def test_the_library_imports_neither_hydra_nor_the_harness():
+    code = (
+        "import sys, nvllm, nvllm.config\n"
+        "from nvllm import LLM\n"
+        "loaded = {name.split('.')[0] for name in sys.modules}\n"
+        "sys.exit(sorted(loaded & {'hydra', 'experiments'}) or 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
+    # built from a copy of the sources: setuptools builds in the source tree, and a checkout's stale
+    # build/lib (a module since deleted or renamed) would land in the wheel and hide a missing file
+    source = tmp_path / "source"
+    for part in ("nvllm", "experiments", "conf"):
+        shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / part, source / part)
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", "dist"]
+    build = subprocess.run(
+        [*pip_wheel, str(source)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=QUIET,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("nvllm-*.whl")
+    # this interpreter's packages (torch, hydra, ...), but nvllm and the harness from the wheel alone
+    venv.create(tmp_path / "venv", system_site_packages=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
+    assert subprocess.run(install, capture_output=True, env=QUIET).returncode == 0
+
+    def run(*args: str, program: str = python, **env: str) -> str:
+        environment = {**QUIET, **env}
+        done = subprocess.run([program, *args], cwd=tmp_path, capture_output=True, text=True, env=environment)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    api = (
+        "import nvllm, experiments\n"
+        "from nvllm import LLM, SamplingParams\n"
+        "assert 'site-packages' in nvllm.__file__ and 'site-packages' in experiments.__file__\n"
+        "with LLM(model='tiny', model__vocab_size=4096) as llm:\n"
+        "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
+    )
+    assert len(eval(run("-c", api).splitlines()[-1])) == 3
+    # the console script: the default experiment, and Hydra's shell completion through it
+    nvllm = str(tmp_path / "venv" / "bin" / "nvllm")
+    overrides = ["model=tiny", "workload.num_seqs=1", "workload.output_len=2"]
+    output = run("run", *overrides, f"hydra.run.dir={tmp_path / 'run'}", program=nvllm)
+    assert "Throughput: 2 tokens" in output and (tmp_path / "run" / "results.json").is_file()
+    completions = run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm run model=tiny cache.bl").split()
+    assert completions == ["cache.block_size="]
+    assert run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm su").split() == ["summarize"]
+    # `python -m nvllm.run --help`: the experiments, groups with their options, the most used keys
+    page = run("-m", "nvllm.run", "+experiment=bench", "--help")
+    assert "  latency " in page and "[qwen3-0.6b] qwen3-1.7b" in page and "schema" not in page
+    assert "lengths_from_file" in page and "workload.repeats " in page
+    assert "workload.num_seqs                 requests per repeat [256]" in page  # bench's value

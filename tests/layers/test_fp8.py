@@ -1,0 +1,192 @@
+"""FP8 weights (`model.quantization=fp8`): the quantization against its definition, the engine against
+transformers' Qwen3 holding the dequantized weights, TP=2 against TP=1, compiled graphs taking the ops, and
+on the GPU the small-batch kernel and `torch._scaled_mm` against the fp32 computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Qwen3ForCausalLM
+
+from nvllm import LLM
+from nvllm.ops.fp8 import FP8, FP8_MAX, dequantized, quantize_rows
+from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
+from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
+from tests.helpers.parallel_oracle import prefill_logits, relative_error
+
+PROMPTS = [[9707, 11, 1879, 0], list(range(1000, 1023)), [151644, 872, 198, 3838, 374, 220, 17, 10]]
+
+
+def test_quantize_rows_scales_each_row_to_the_formats_range_and_rounds_once():
+    torch.manual_seed(0)
+    weight = torch.randn(6, 64) * torch.logspace(-3, 2, 6)[:, None]
+    weight[4] = 0
+    q, scale = quantize_rows(weight)
+    assert q.dtype == FP8 and scale.dtype == torch.float32 and scale.shape == (6,)
+    assert torch.equal(q.float().abs().amax(1)[[0, 1, 2, 3, 5]], torch.full((5,), FP8_MAX))
+    assert scale[4] == 1 and not q[4].float().any()  # a zero row stays zeros
+    assert torch.equal(q, (weight / scale[:, None]).to(FP8))  # one rounding, to the nearest e4m3
+    # e4m3 keeps 3 mantissa bits: half an ulp is 2^-4 of a normal value, 2^-10 of the scale below them
+    error = (dequantized(q, scale, torch.float32) - weight).abs()
+    assert (error <= 2**-4 * weight.abs() + 2**-10 * scale[:, None]).all()
+
+
+def test_engine_matches_transformers_holding_the_dequantized_weights(tiny_checkpoint):
+    hf = Qwen3ForCausalLM.from_pretrained(str(tiny_checkpoint), dtype=torch.float32).eval()
+    exact = [hf(torch.tensor([p])).logits[0, -1] for p in PROMPTS]
+    for module in hf.model.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = dequantized(*quantize_rows(module.weight.data), torch.float32)
+    settings = dict(enforce_eager=True, kvcache_block_size=4, num_kvcache_blocks=64, max_model_len=64)
+    with LLM(str(tiny_checkpoint), model__quantization="fp8", **settings) as llm:
+        layer = llm.model_runner.model.model.layers[0]
+        assert layer.self_attn.qkv_proj.weight.dtype == FP8 and layer.mlp.down_proj.weight.dtype == FP8
+        assert llm.model_runner.model.lm_head.weight.dtype == torch.float32  # the LM head is not quantized
+        ours = prefill_logits(llm, PROMPTS)
+    with torch.no_grad():
+        for row, prompt, unquantized in zip(ours, PROMPTS, exact):
+            reference = hf(torch.tensor([prompt])).logits[0, -1]
+            torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
+            assert (row - unquantized).abs().max() > 1e-2  # the weights were quantized
+
+
+def test_tp2_computes_what_tp1_does_with_fp8_weights():
+    prompts = [random_prompt(length, seed=70 + length) for length in (5, 20)]
+    settings = dict(
+        model__quantization="fp8", kvcache_block_size=16, num_kvcache_blocks=12, max_model_len=128
+    )
+    with tiny_llm(**settings) as llm:
+        expected = prefill_logits(llm, prompts)
+    with tiny_llm(tensor_parallel_size=2, **settings) as llm:
+        torch.testing.assert_close(prefill_logits(llm, prompts), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_graphs_take_the_ops_with_the_scales():
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(32, 16))
+    gate_up_q, gate_up_scale = quantize_rows(torch.randn(64, 16))
+    x = torch.randn(5, 16)
+    ops_in_graph = []
+
+    def record_ops(graph_module, example_inputs):
+        ops_in_graph.extend(node.target for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module.forward
+
+    def layer(x):
+        return apply_linear(x, q, weight_scale=scale), apply_linear_silu_mul(x, gate_up_q, gate_up_scale)
+
+    compiled = torch.compile(layer, backend=record_ops, fullgraph=True)(x)
+    assert {torch.ops.nvllm.linear.default, torch.ops.nvllm.linear_silu_mul.default} <= set(ops_in_graph)
+    eager = layer(x)
+    assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
+    torch.testing.assert_close(eager[0], x @ dequantized(q, scale, torch.float32).T, atol=1e-5, rtol=1e-5)
+    gate, up = (x @ dequantized(gate_up_q, gate_up_scale, torch.float32).T).chunk(2, -1)
+    torch.testing.assert_close(eager[1], torch.nn.functional.silu(gate) * up, atol=1e-5, rtol=1e-5)
+
+
+def test_scaled_mm_path_quantizes_the_activations_per_token_and_scales_back():
+    """What CUDA batches of more than 16 rows run, on the CPU where torch has it: within e4m3's rounding of
+    the activations (3 mantissa bits) of the fp32 product, rows of very different magnitudes alike."""
+    from nvllm.ops.fp8 import scaled_mm_linear
+
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(64, 128) * torch.logspace(-2, 2, 64)[:, None])
+    x = (torch.randn(20, 128) * torch.logspace(-3, 3, 20)[:, None]).bfloat16()
+    try:
+        ours = scaled_mm_linear(x, q, scale).float()
+    except (RuntimeError, NotImplementedError) as error:  # a torch without fp8 matmuls on the CPU
+        pytest.skip(f"torch._scaled_mm on the CPU: {error}")
+    exact = x.float() @ dequantized(q, scale, torch.float32).T
+    relative = (ours - exact).norm(dim=-1) / exact.norm(dim=-1)
+    assert 0 < relative.max() < 2**-4, relative
+
+
+def test_unknown_quantization_is_an_error_that_names_it():
+    with pytest.raises(ValueError, match="model.quantization='int4' must be one of none, fp8"):
+        tiny_llm(model__quantization="int4")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 300])
+@pytest.mark.parametrize("gated", [False, True])
+def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
+    """Up to 16 rows: the skinny kernel, whose only rounding is the weight's and the output's. More:
+    `torch._scaled_mm`, which rounds the activations to e4m3 too (3 mantissa bits), an error of about
+    2^-4 / sqrt(3) of each product, averaged over the dot product."""
+    from nvllm.ops.linear_ops import linear, linear_silu_mul
+
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(2 * 1536 if gated else 1024, 2048, device="cuda"))
+    x = torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16)
+    product = x.float() @ dequantized(q, scale, torch.float32).T
+    if gated:
+        gate, up = product.chunk(2, -1)
+        gate, up = gate.bfloat16().float(), up.bfloat16().float()  # as an unfused matmul rounds its output
+        exact = torch.nn.functional.silu(gate) * up
+        ours = linear_silu_mul(x, q, scale).float()
+    else:
+        exact = product
+        ours = linear(x, q, weight_scale=scale).float()
+    relative = ((ours - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
+    assert relative < (2**-7 if rows <= 16 else 2**-4), relative
+
+
+@pytest.mark.gpu
+def test_fp8_engine_on_the_gpu_computes_what_bf16_does_on_the_dequantized_weights():
+    """Compiled against eager (the same kernels by batch size, so bf16 rounding apart), and a prefill of at
+    most 16 tokens (the skinny kernel on the fp8 weights) against a bf16 engine holding the dequantized
+    weights: both within what two bf16 computations of one model differ by
+    (tests/api/test_generate_gpu.py)."""
+    from tests.api.test_generate_gpu import EQUIVALENT_BF16_LOGITS
+
+    small = [random_prompt(5, seed=1), random_prompt(7, seed=2)]  # 12 tokens: one skinny prefill
+    large = [random_prompt(5, seed=3), random_prompt(40, seed=4)]  # 45: torch._scaled_mm
+    settings = dict(
+        model__vocab_size=TINY_VOCAB_SIZE,
+        model__head_dim=128,  # the real models' (flash-attn builds may serve no other)
+        model__dtype="bfloat16",
+        gpu_memory_utilization=0.2,
+    )
+    with LLM("tiny", model__quantization="fp8", **settings) as llm:  # compiled, CUDA graphs
+        fp8_small, fp8_large = prefill_logits(llm, small), prefill_logits(llm, large)
+        layers = llm.model_runner.model.model.layers
+        matmuls = {
+            name: dequantized(module.weight, module.weight_scale, torch.bfloat16)
+            for name, module in layers.named_modules()
+            if getattr(module, "weight_scale", None) is not None
+        }
+    with LLM("tiny", model__quantization="fp8", enforce_eager=True, **settings) as llm:
+        eager_large = prefill_logits(llm, large)
+    assert relative_error(fp8_large, eager_large) < EQUIVALENT_BF16_LOGITS
+    with LLM("tiny", **settings) as llm:
+        modules = dict(llm.model_runner.model.model.layers.named_modules())
+        for name, weight in matmuls.items():
+            modules[name].weight.data.copy_(weight)  # in place: the captured graphs read these
+        bf16_small = prefill_logits(llm, small)
+    assert relative_error(fp8_small, bf16_small) < EQUIVALENT_BF16_LOGITS
+
+
+def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part():
+    from experiments.studies.fp8_accuracy import agreement, report
+    from nvllm.outputs import CompletionOutput
+
+    reference = CompletionOutput(
+        0, "", [5, 6, 7], logprobs=[{5: -0.5, 9: -2.0}, {6: -1.0, 8: -1.25}, {7: -1.0}]
+    )
+    parts = CompletionOutput(0, "", [5, 8, 7], logprobs=[{5: -0.75}, {8: -1.0}, {7: -1.0}])
+    result = agreement(reference, parts)
+    assert (result.shared, result.parted, result.gap_at_parting) == (1, True, 0.25)
+    assert result.mean_logprob_difference == 0.25
+    same = agreement(reference, reference)
+    assert (same.shared, same.parted, same.gap_at_parting, same.mean_logprob_difference) == (
+        3,
+        False,
+        None,
+        0,
+    )
+    table = report("m", {("float32", "fp8"): [result, same]}, {"float32": 2.0, "fp8": 0.5}, "bfloat16", 3)
+    # one row: one of the two never parts, shared 1 and 3 tokens, log-prob differences 0.25 and 0
+    assert (
+        table.splitlines()[-1]
+        == "| fp8 against float32 | 1 of 2 | 2.0 (1) | 0.1250 | 0.250 (0.250), 1 of 1 |"
+    )

@@ -1,0 +1,268 @@
+"""Scheduler: token/sequence budgets, chunked prefill, preemption and output order, each checked against the
+same prompts generated one at a time with room to spare."""
+
+import dataclasses
+
+import pytest
+
+from nvllm import SamplingParams
+from nvllm.config import SchedulerConfig
+from nvllm.scheduler.block_manager import BlockManager
+from nvllm.scheduler.scheduler import Scheduler
+from nvllm.scheduler.sequence import Sequence, SequenceStatus
+from tests.helpers.engine_utils import random_prompt, recorded_steps, tiny_llm
+
+BLOCK_SIZE = 4
+# (prompt length, max_tokens): lengths and outputs differ widely, so requests finish out of submission order.
+REQUESTS = [(49, 3), (7, 12), (23, 6), (3, 10), (37, 4)]
+PROMPTS = [random_prompt(length, seed=100 + i) for i, (length, _) in enumerate(REQUESTS)]
+PARAMS = [SamplingParams(temperature=0, max_tokens=max_tokens) for _, max_tokens in REQUESTS]
+SMALL_BUDGET, SMALL_MAX_SEQS = 16, 3
+NUM_DECODE_STEPS = SchedulerConfig().num_decode_steps
+
+
+def engine(**overrides):
+    return tiny_llm(kvcache_block_size=BLOCK_SIZE, max_model_len=64, **overrides)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=512) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def expected(reference):
+    """Each prompt generated alone, with a budget and a cache that never constrain it."""
+    return [
+        reference.generate([prompt], params, use_tqdm=False)[0]
+        for prompt, params in zip(PROMPTS, PARAMS, strict=True)
+    ]
+
+
+@pytest.fixture(scope="module")
+def small_budget():
+    with engine(
+        num_kvcache_blocks=256, max_num_batched_tokens=SMALL_BUDGET, max_num_seqs=SMALL_MAX_SEQS
+    ) as llm:
+        yield llm
+
+
+def assert_engine_idle(llm):
+    assert not llm.scheduler.running and not llm.scheduler.waiting
+    assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
+
+
+def test_budgets_hold_at_every_step(small_budget, expected):
+    with recorded_steps(small_budget) as steps:
+        outputs = small_budget.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert outputs == expected
+    for step in steps:
+        assert len(step.prompts) <= SMALL_MAX_SEQS
+        scheduled = list(zip(step.num_new_tokens, step.num_uncomputed_tokens, strict=True))
+        if step.is_prefill:
+            assert sum(step.num_new_tokens) <= SMALL_BUDGET
+            assert all(0 < num_new <= num_left for num_new, num_left in scheduled)
+        else:  # each step of a decode round computes one token per sequence
+            assert len(step.prompts) <= SMALL_BUDGET
+            assert all(
+                num_left == 1 and 0 < num_steps <= NUM_DECODE_STEPS for num_steps, num_left in scheduled
+            )
+    # the limits were reached, so a scheduler that ignored them would have been caught
+    assert max(sum(step.num_new_tokens) for step in steps if step.is_prefill) == SMALL_BUDGET
+    assert max(len(step.prompts) for step in steps) == SMALL_MAX_SEQS
+    assert_engine_idle(small_budget)
+
+
+def test_long_prompt_is_chunked_and_gives_the_same_tokens(small_budget, reference):
+    long_prompt = random_prompt(49, seed=200)  # a prompt no other test sends: no prefix-cache hits
+    params = SamplingParams(temperature=0, max_tokens=5)
+    with recorded_steps(small_budget) as steps:
+        outputs = small_budget.generate([long_prompt], params, use_tqdm=False)
+    assert outputs == reference.generate([long_prompt], params, use_tqdm=False)
+    chunks = [step.num_new_tokens for step in steps if step.is_prefill]
+    # a chunk never leaves one token behind (decode steps take only sampled tokens): 16 + 16 + 15, then 2
+    assert chunks == [[SMALL_BUDGET], [SMALL_BUDGET], [SMALL_BUDGET - 1], [2]]
+    decodes = [step.num_new_tokens for step in steps if not step.is_prefill]
+    assert sum(sum(chunk) for chunk in decodes) == params.max_tokens - 1
+
+
+# Caches of 4-token blocks that hold the largest request (52 tokens) but not all (about 150 tokens), sized
+# so that preemption happens: decode rounds shrink to the free blocks first, which often avoids it.
+@pytest.mark.parametrize("num_decode_steps, num_blocks", [(1, 20), (8, 22)])
+def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected, num_decode_steps, num_blocks):
+    with engine(
+        num_kvcache_blocks=num_blocks, max_num_batched_tokens=512, num_decode_steps=num_decode_steps
+    ) as llm:
+        outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+        assert llm.stats()["num_preemptions"] > 0
+        assert outputs == expected
+        assert_engine_idle(llm)
+
+
+def test_outputs_come_back_in_input_order(reference, expected, monkeypatch):
+    fewer_steps = dataclasses.replace(reference.scheduler.config, num_decode_steps=2)
+    monkeypatch.setattr(reference.scheduler, "config", fewer_steps)  # rounds end between finishes
+    finish_order = []
+    step = reference.step
+
+    def recording_step():
+        finished = step()
+        finish_order.extend(PROMPTS.index(seq.token_ids[: seq.num_prompt_tokens]) for seq in finished)
+        return finished
+
+    monkeypatch.setattr(reference, "step", recording_step)
+    outputs = reference.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert sorted(finish_order) == list(range(len(PROMPTS)))
+    assert finish_order != sorted(finish_order)  # they did finish out of order
+    assert outputs == expected
+    assert [len(out["token_ids"]) for out in outputs] == [max_tokens for _, max_tokens in REQUESTS]
+
+
+def test_without_chunked_prefill_prompts_go_whole(expected):
+    budget = 64  # holds the longest prompt but not all of them: prompts wait for a later step
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=budget, chunked_prefill=False) as llm:
+        with recorded_steps(llm) as steps:
+            outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+    assert outputs == expected
+    prefills = [step for step in steps if step.is_prefill]
+    assert len(prefills) > 1
+    for step in prefills:
+        assert step.num_new_tokens == step.num_uncomputed_tokens
+        assert sum(step.num_new_tokens) <= budget
+
+
+def test_chunking_preemption_and_prefix_hits_together(reference):
+    """Shared prefixes, a budget that chunks, a cache that preempts and seeded sampling, all at once: each
+    request still gets the tokens it gets alone."""
+    shared = random_prompt(20, seed=500)
+    shapes = [(20, 5), (12, 9), (20, 1), (8, 14), (0, 11), (16, 3)]  # (shared prefix, own tokens)
+    prompts = [shared[:n] + random_prompt(m, seed=501 + i) for i, (n, m) in enumerate(shapes)]
+    params = [
+        SamplingParams(temperature=0.8, top_k=50, seed=seed, max_tokens=4 + 2 * seed)
+        for seed in range(len(shapes))
+    ]
+    alone = [reference.generate([p], sp, use_tqdm=False)[0] for p, sp in zip(prompts, params, strict=True)]
+    with engine(num_kvcache_blocks=10, max_num_batched_tokens=8, max_num_seqs=4) as llm:  # preempts
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        stats = llm.stats()
+        assert_engine_idle(llm)
+    assert outputs == alone
+    assert stats["num_preemptions"] > 0 and stats["prefix_cache_hit_rate"] > 0
+
+
+# ---- the scheduler alone, on bookkeeping only -----------------------------------------------------------
+EOS = 7
+
+
+def bare_scheduler(num_blocks: int, **config) -> Scheduler:
+    return Scheduler(SchedulerConfig(**config), BlockManager(num_blocks, BLOCK_SIZE), eos_token_id=EOS)
+
+
+def run_step(scheduler: Scheduler, token_id: int = 1):
+    """One step (or decode round) in which every sampled token is `token_id`."""
+    batch = scheduler.schedule()
+    scheduler.launched(batch)
+    tokens_per_seq = 1 if batch.is_prefill else batch.num_steps
+    return batch, scheduler.postprocess(batch, [[token_id] * tokens_per_seq for _ in batch.sampled_seqs])
+
+
+def test_preemption_takes_the_newest_and_requeues_it_first():
+    scheduler = bare_scheduler(num_blocks=3)
+    old, new = (Sequence([1, 2, 3, 4], SamplingParams(max_tokens=10)) for _ in range(2))
+    waiting = Sequence([5], SamplingParams(max_tokens=10))
+    for seq in (old, new, waiting):
+        scheduler.add(seq)
+    batch, _ = run_step(scheduler)  # both prompts fill one block each; the third is left for `waiting`
+    assert batch.seqs == [old, new, waiting]
+    batch, _ = run_step(scheduler)  # old and new each need a second block: only one is free
+    assert batch.seqs == [old] and not batch.is_prefill
+    assert scheduler.num_preemptions == 2  # `waiting` first (newest), then `new`
+    assert list(scheduler.waiting) == [new, waiting]
+    assert new.status == waiting.status == SequenceStatus.WAITING
+    assert new.computed_len == 0 and new.block_table == [] and new.token_ids == [1, 2, 3, 4, 1]
+    assert scheduler.block_manager.num_free_blocks == 3 - len(old.block_table)
+
+
+def test_decode_rounds_match_single_steps(expected):
+    with engine(num_kvcache_blocks=256, max_num_batched_tokens=512, num_decode_steps=1) as llm:
+        with recorded_steps(llm) as steps:
+            assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
+    assert all(step.num_new_tokens == [1] * len(step.prompts) for step in steps if not step.is_prefill)
+
+
+def test_decode_round_stops_at_eos_and_max_tokens_and_discards_the_rest():
+    scheduler = bare_scheduler(num_blocks=8, num_decode_steps=4)
+    eos_mid_round = Sequence([1, 2], SamplingParams(max_tokens=10))
+    short = Sequence([3, 4], SamplingParams(max_tokens=3))
+    for seq in (eos_mid_round, short):
+        scheduler.add(seq)
+    run_step(scheduler)  # prefill: one token each
+    batch = scheduler.schedule()
+    assert not batch.is_prefill and batch.num_new_tokens == [4, 2]  # `short` has 2 tokens left
+    assert len(eos_mid_round.block_table) == 2  # KV for positions 2..5: blocks of 4
+    scheduler.launched(batch)
+    finished = scheduler.postprocess(batch, [[5, EOS, 6, 6], [8, 9, 9, 9]])
+    assert finished == [eos_mid_round, short]
+    assert eos_mid_round.completion_token_ids == [1, 5, EOS]
+    assert short.completion_token_ids == [1, 8, 9]
+    assert scheduler.num_generated_tokens == 2 + 2 + 2
+    assert scheduler.block_manager.num_free_blocks == 8
+
+
+def test_decode_round_shrinks_to_the_free_blocks():
+    scheduler = bare_scheduler(num_blocks=2, num_decode_steps=8)
+    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=20))
+    scheduler.add(seq)
+    run_step(scheduler)  # 4 tokens: block 1 full
+    batch, _ = run_step(scheduler)  # positions 3..7 fit the two blocks: a round of 5, not 8
+    assert batch.num_new_tokens == [5] and seq.device_len == 9 and scheduler.num_preemptions == 0
+
+
+def test_eos_finishes_unless_ignored():
+    scheduler = bare_scheduler(num_blocks=8)
+    stops = Sequence([1, 2], SamplingParams(max_tokens=5))
+    ignores = Sequence([1, 2], SamplingParams(max_tokens=5, ignore_eos=True))
+    scheduler.add(stops)
+    scheduler.add(ignores)
+    _, finished = run_step(scheduler, token_id=EOS)
+    assert finished == [stops] and stops.completion_token_ids == [EOS]
+    assert scheduler.running == [ignores]
+    while not scheduler.is_finished():
+        run_step(scheduler, token_id=EOS)
+    assert ignores.completion_token_ids == [EOS] * 5
+    assert scheduler.block_manager.num_free_blocks == 8
+
+
+# 6 leaves no room for output: the engine refuses such a prompt, and the scheduler holds the limit too
+@pytest.mark.parametrize("prompt_len", [4, 5, 6])
+def test_max_model_len_stops_generation(prompt_len):
+    scheduler = bare_scheduler(num_blocks=8, max_model_len=6)
+    seq = Sequence(list(range(1, prompt_len + 1)), SamplingParams(max_tokens=50))
+    scheduler.add(seq)
+    while not scheduler.is_finished():
+        run_step(scheduler)
+    assert seq.host_len == 6 and seq.is_finished
+
+
+def test_no_sequence_grows_past_max_model_len(reference):
+    """prompt + output <= max_model_len, whether a prefill, a decode round or an overlapped one reaches it."""
+    max_model_len = reference.config.scheduler.max_model_len
+    prompts = [random_prompt(max_model_len - room, seed=150 + room) for room in (1, 2, 5, 21)]
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    outputs = reference.generate(prompts, params, use_tqdm=False)
+    assert [len(o["token_ids"]) for o in outputs] == [1, 2, 5, 21]
+
+
+def test_a_prompt_chunk_never_leaves_a_single_token_for_decode():
+    """Decode steps take a sequence's newest token from the device's token table, where only sampled tokens
+    are: the last prompt token must go to a prefill step, which samples."""
+    scheduler = bare_scheduler(num_blocks=8, max_num_batched_tokens=4)
+    seq = Sequence([1, 2, 3, 4, 5], SamplingParams(max_tokens=3))
+    scheduler.add(seq)
+    chunks = []
+    while seq.num_completion_tokens == 0:
+        batch, _ = run_step(scheduler)
+        assert batch.is_prefill
+        chunks.append(batch.num_new_tokens)
+    assert chunks == [[3], [2]]  # not 4 then 1
