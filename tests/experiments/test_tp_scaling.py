@@ -14,7 +14,7 @@ def write_job(directory, model: str, size: int, experiment: str, **metrics) -> N
     job_dir = directory / tp_scaling.job_name(model, size, experiment)
     job_dir.mkdir(parents=True)
     config = {
-        "runner": {"_target_": f"experiments.{experiment}.run"},
+        "runner": {"_target_": f"experiments.runners.{experiment}.run"},
         "model": {"name": model},
         "parallel": {"tensor_parallel_size": size},
     }
@@ -43,7 +43,7 @@ def test_jobs_compose_the_named_experiment_and_tp_size_on_random_weights(tmp_pat
         assert command[1:3] == ["-m", "nvllm.run"] and command[-2] == f"hydra.run.dir={tmp_path}"
         cfg = compose_config([*command[3:-2], command[-1]])
         config = engine_config_from_run_config(cfg)
-        assert cfg.runner._target_ == f"experiments.{experiment}.run"
+        assert cfg.runner._target_ == f"experiments.runners.{experiment}.run"
         assert config.model.name == "qwen3-32b" and config.model.path is None
         assert config.parallel.tensor_parallel_size == 4 and config.scheduler.max_num_seqs == 64
 
