@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from experiments.skinny_matmul_bench import graph_time_us, l2_evicting_read
+from experiments.kernels.skinny_matmul_bench import graph_time_us, l2_evicting_read
 from nvllm.ops.pdl import prefetch_to_l2
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 

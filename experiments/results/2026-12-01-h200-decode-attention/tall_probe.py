@@ -92,7 +92,7 @@ if __name__ == "__main__":
             errs = [e for e in pool.map(me.compile_one, TRIALS) if e]
         print(len(TRIALS), "trials,", len(errs), "failed to compile/run"); print("\n".join(errs[:12]))
         sys.exit()
-    from experiments.skinny_matmul_bench import time_us
+    from experiments.kernels.skinny_matmul_bench import time_us
     bad = {t for t in TRIALS if me.compile_one(t)}
     good = [t for t in TRIALS if t not in bad]
     shapes = [("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 24576, 4096), ("down", 4096, 12288),

@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from experiments.skinny_matmul_bench import time_us
+from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import paged_decode_attention as pda
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
