@@ -62,9 +62,8 @@ def prefix_slots(num_rows: int) -> int:
 # (the prefix pass, the gathers and the merge, per layer) cost more than reading the prefix per sequence.
 # Measured for the Qwen3-0.6B shape (8 KV heads of 128) on the H200 by `python -m
 # experiments.studies.cascade_crossover`, which times decode steps both ways over a grid of prefix lengths
-# and group
-# sizes (experiments/results/2026-12-01-h200-startup-and-cascade-crossover.md): every cell that saved this many tokens or more
-# was faster by cascade.
+# and group sizes (experiments/results/2026-12-01-h200-startup-and-cascade-crossover.md): every cell that
+# saved this many tokens or more was faster by cascade.
 CASCADE_MIN_SAVED_TOKENS = 32512
 
 

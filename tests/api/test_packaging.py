@@ -71,7 +71,8 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
     api = (
         "import nvllm, experiments\n"
         "from nvllm import LLM, SamplingParams\n"
-        f"assert nvllm.__file__.startswith({str(target)!r}) and experiments.__file__.startswith({str(target)!r})\n"
+        f"assert nvllm.__file__.startswith({str(target)!r})\n"
+        f"assert experiments.__file__.startswith({str(target)!r})\n"
         "with LLM(model='tiny', model__vocab_size=4096) as llm:\n"
         "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
     )
