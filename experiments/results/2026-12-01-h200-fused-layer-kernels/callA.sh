@@ -1,4 +1,4 @@
-# Session 10, call A: GPU tests of the new kernels and the engine, then the skinny-matmul benches.
+# Call a: GPU tests of the new kernels and the engine, then the skinny-matmul benches.
 source .device/setup.sh
 mkdir -p $OUT/r
 t "gpu tests"; timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_linear_ops.py tests/test_qk_norm_rope_store.py tests/test_attention_ops.py tests/test_gpu.py 2>&1 | tail -25 | tee $OUT/r/gpu-tests.txt
