@@ -1,4 +1,4 @@
-"""Probe (call 3): the decode attention kernel's BLOCK_N / warps / stages at the benches' shapes,
+"""Probe (run `attention-tiles`): the decode attention kernel's BLOCK_N / warps / stages at the benches' shapes,
 and rows taken longest first (LPT) against in order. The call ran a hand-written copy of the kernel with the
 row read from `order`; kept here, that variant is derived from the kernel's own source (the same edit)."""
 import itertools, sys, multiprocessing

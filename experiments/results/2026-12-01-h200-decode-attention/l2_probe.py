@@ -1,4 +1,4 @@
-"""Probe (call 2): does prefetching the next matmul's weight into the L2, while a latency-bound kernel
+"""Probe (run `l2-prefetch`): does prefetching the next matmul's weight into the L2, while a latency-bound kernel
 runs, make the matmul faster? 8B shapes at 1 and 16 rows, the skinny kernel in its table's configuration."""
 import sys
 from functools import partial

@@ -1,4 +1,4 @@
-"""Probe (call 1): a Triton tiled matmul for 64-256 rows against cuBLAS on the 8B's shapes.
+"""Probe (run `8b-trace`): a Triton tiled matmul for 64-256 rows against cuBLAS on the 8B's shapes.
 Variants: pointer loads ("ptr") and TMA descriptors ("tma"; its WS flag is always off: Triton 3.6 compiles warp_specialize to the same code on Hopper)."""
 import itertools, sys, time
 from concurrent.futures import ProcessPoolExecutor

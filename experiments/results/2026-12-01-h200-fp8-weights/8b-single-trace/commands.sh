@@ -1,4 +1,4 @@
-# Call 4: the 8B single stream traced with PDL (kernels and idle), the skinny kernel's wide grid on
+# Run `8b-single-trace`: the 8B single stream traced with PDL (kernels and idle), the skinny kernel's wide grid on
 # the 8B's decoder shapes in bf16 and fp8.
 source .device/setup.sh
 mkdir -p $OUT/r

@@ -1,4 +1,4 @@
-# Call 3: split decode on the 0.6B bench (2 rounds), a traced 0.6B bench round's kernels, FP8
+# Run `split-decode-again`: split decode on the 0.6B bench (2 rounds), a traced 0.6B bench round's kernels, FP8
 # accuracy against float32 (with bf16's own), the skinny kernel on fp8 weights.
 source .device/setup.sh
 mkdir -p $OUT/r /tmp/ck; export CKPT_DIR=/tmp/ck

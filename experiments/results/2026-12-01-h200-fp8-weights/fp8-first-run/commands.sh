@@ -1,4 +1,4 @@
-# Call 1: main's GPU tests (first GPU run of FP8), FP8 accuracy/speed on the 8B, 0.6B bench phases.
+# Run `fp8-first-run`: main's GPU tests (first GPU run of FP8), FP8 accuracy/speed on the 8B, 0.6B bench phases.
 source .device/setup.sh
 mkdir -p $OUT/r /tmp/ck; export CKPT_DIR=/tmp/ck
 cd .device/before; export PYTHONPATH=$PWD/../fa2:$PWD

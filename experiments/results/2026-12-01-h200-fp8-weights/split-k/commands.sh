@@ -1,4 +1,4 @@
-# Call 5: the skinny kernel with K split over programs, the layers' shapes of both models.
+# Run `split-k`: the skinny kernel with K split over programs, the layers' shapes of both models.
 source .device/setup.sh
 mkdir -p $OUT/r; cd .device/splitk; export PYTHONPATH=$PWD/../fa2:$PWD
 t "check"; timeout 40 python3 ../splitk_check.py 2>&1 | tail -30

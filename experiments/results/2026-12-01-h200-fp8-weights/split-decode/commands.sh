@@ -1,4 +1,4 @@
-# Call 2: split decode (two halves on two streams) A/B on the 0.6B and 8B bench; GPU tests.
+# Run `split-decode`: split decode (two halves on two streams) A/B on the 0.6B and 8B bench; GPU tests.
 source .device/setup.sh
 mkdir -p $OUT/r /tmp/ck; export CKPT_DIR=/tmp/ck
 ( PYTHONPATH=$PWD python3 .device/peer/make_checkpoint.py 8b /tmp/ck/ckpt-8b .device/peer/qtok > $OUT/r/ck8.txt 2>&1 ) &

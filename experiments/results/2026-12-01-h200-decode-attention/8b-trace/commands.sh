@@ -1,4 +1,4 @@
-# Call 1: the 8B bench traced at full batch (kernels), and a tiled Triton matmul (pointer loads,
+# Run `8b-trace`: the 8B bench traced at full batch (kernels), and a tiled Triton matmul (pointer loads,
 # TMA) against cuBLAS at 64-256 rows on the 8B's shapes.
 source .device/setup.sh
 mkdir -p $OUT/r

@@ -1,4 +1,4 @@
-# Call 4: decode attention's long tile (128 KV tokens an iteration for one-split steps of >= 128
+# Run `long-tile-0.6b`: decode attention's long tile (128 KV tokens an iteration for one-split steps of >= 128
 # rows): the 0.6B bench A/B beside nano-vllm, the kernel's GPU tests, the decode attention bench.
 source .device/setup.sh
 mkdir -p $OUT/r /tmp/ck; export CKPT_DIR=/tmp/ck
