@@ -30,7 +30,7 @@ from nvllm.runner.model_runner import DTYPES
 
 # (bandwidth, FLOP/s) shares: the peaks, and about what the best kernels measured on the H200 reach
 # (decode attention and small-batch matmuls streaming; large bf16 matmuls), per
-# experiments/results/2026-12-01-h200-session9.md
+# experiments/results/2026-12-01-h200-triton-decode-attention.md
 SHARES = ((1.0, 1.0), (0.875, 0.7))
 
 

@@ -33,7 +33,7 @@ MAX_CASCADE_GROUPS = 16
 # per 64 queries and head, one tile after another, so a small group's prefix in one piece takes as long as
 # that loop over all of it, with most of the GPU idle; each chunk is attended by thread blocks of its own.
 # Every chunk costs its copy of the queries and one more part to merge, and large batches have thread
-# blocks enough (experiments/results/2026-12-01-h200-session8.md).
+# blocks enough (experiments/results/2026-12-01-h200-shared-prefixes.md).
 PREFIX_CHUNKS_BY_ROWS = ((128, 4), (384, 2))
 
 
@@ -48,7 +48,7 @@ def partial_columns() -> int:
     of a row's parts is the same fixed sum in every graph: over a count that varied, inductor would compile
     a reduction of a symbolic length, whose configuration it settles by timing its candidates at their first
     launch, on start-up's 2-row batch, where they nearly tie: a pick that was far slower at full batches
-    (experiments/results/2026-12-01-h200-session8.md)."""
+    (experiments/results/2026-12-01-h200-shared-prefixes.md)."""
     return padded_size(max(chunks for _, chunks in PREFIX_CHUNKS_BY_ROWS))
 
 
@@ -62,9 +62,8 @@ def prefix_slots(num_rows: int) -> int:
 # (the prefix pass, the gathers and the merge, per layer) cost more than reading the prefix per sequence.
 # Measured for the Qwen3-0.6B shape (8 KV heads of 128) on the H200 by `python -m
 # experiments.studies.cascade_crossover`, which times decode steps both ways over a grid of prefix lengths
-# and group
-# sizes (experiments/results/2026-12-01-h200-session7.md): every cell that saved this many tokens or more
-# was faster by cascade.
+# and group sizes (experiments/results/2026-12-01-h200-startup-and-cascade-crossover.md): every cell that
+# saved this many tokens or more was faster by cascade.
 CASCADE_MIN_SAVED_TOKENS = 32512
 
 

@@ -11,7 +11,7 @@ from nvllm.attention.backend import AttentionBackend
 # until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
 # while more splits than that only add partial results to combine. Measured on the H200, over 1 to 256
 # rows and contexts of 256 to 4096 tokens (`python -m experiments.kernels.decode_attention_bench`):
-# experiments/results/2026-12-01-h200-session9.md.
+# experiments/results/2026-12-01-h200-triton-decode-attention.md.
 DECODE_PROGRAMS = 512
 MAX_DECODE_KV_SPLITS = 32
 

@@ -1,8 +1,8 @@
 """`x + residual` and its RMSNorm as one Triton kernel, a row a program: `nvllm::add_rms_norm` on CUDA. At
 128-8,192 rows it is level with inductor's fused kernel for the same two
-(experiments/results/2026-12-01-h200-session11.md), and being ours it is launched with programmatic
-dependent launch like the kernels around it (nvllm.ops.pdl). Rounded as nvllm.layers.norm.RMSNorm rounds:
-the sum and the norm in fp32, each rounded once to the inputs' dtype."""
+(experiments/results/2026-12-01-h200-norm-fused-projections.md), and being ours it is launched with
+programmatic dependent launch like the kernels around it (nvllm.ops.pdl). Rounded as
+nvllm.layers.norm.RMSNorm rounds: the sum and the norm in fp32, each rounded once to the inputs' dtype."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The CUDA backend: flash-attn's varlen attention over the paged cache for prefill and cascade's prefix
 pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`, which outran flash-attn's
-decode kernel on all but a few batch shapes: experiments/results/2026-12-01-h200-session9.md) and for
-the queries and keys' norm and RoPE with the cache write (`nvllm.ops.qk_norm_rope_kernel`).
+decode kernel on all but a few batch shapes:
+experiments/results/2026-12-01-h200-triton-decode-attention.md) and for the queries and keys' norm and
+RoPE with the cache write (`nvllm.ops.qk_norm_rope_kernel`).
 
 Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
 """

@@ -76,8 +76,8 @@ def apply_linear(
 ) -> torch.Tensor:
     """What the layers call: `nvllm::linear` while compiling, plain `F.linear` in eager mode. Eager launches
     every kernel from Python, so a custom op's dispatch plus a Triton launch cost more per matmul than the
-    skinny kernel saves (experiments/results/2026-11-29-h200-session4.md). An fp8 weight has no `F.linear`:
-    eager mode runs the op's computation."""
+    skinny kernel saves (experiments/results/2026-11-29-h200-prefill-graphs.md). An fp8 weight has no
+    `F.linear`: eager mode runs the op's computation."""
     if torch.compiler.is_compiling():
         return linear(x, weight, bias, weight_scale)
     if weight_scale is not None:

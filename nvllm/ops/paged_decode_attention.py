@@ -25,7 +25,7 @@ MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queri
 # per (row, KV head) reading the row's whole KV, keeps more of it in flight with the long tile, while a
 # split step's short parts would only be padded further (`python -m
 # experiments.kernels.decode_attention_bench`;
-# experiments/results/2026-12-01-h200-session14.md).
+# experiments/results/2026-12-01-h200-decode-attention.md).
 TILE_TOKENS = 64
 LONG_TILE_TOKENS = 128
 LONG_TILE_MIN_PROGRAMS = 1024  # (row, KV head) programs of a step without splits

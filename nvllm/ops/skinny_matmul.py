@@ -2,9 +2,10 @@
 activation, `silu(x @ gate.T) * (x @ up.T)` of a packed `[gate; up]` weight, in the same kernel.
 
 With 1-16 rows, a matmul only has to stream the weight once, so it should run at memory bandwidth; cuBLAS'
-kernels for some of these shapes stay well below it (experiments/results/2026-11-29-h200-session3.md).
-Here each program owns a strip of `BLOCK_N` output columns: it reads its rows of the weight once, in
-`BLOCK_K` slices, against the whole (padded) batch, on the tensor cores.
+kernels for some of these shapes stay well below it
+(experiments/results/2026-11-29-h200-overlapped-rounds.md). Here each program owns a strip of `BLOCK_N`
+output columns: it reads its rows of the weight once, in `BLOCK_K` slices, against the whole (padded)
+batch, on the tensor cores.
 """
 
 from __future__ import annotations
@@ -101,10 +102,9 @@ def _skinny_matmul_kernel(
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
 
 # Per weight shape (n, k), the fastest configuration `experiments/kernels/skinny_matmul_bench.py` found on
-# the H200
-# with the weight read from memory, as in a model's step (its numbers:
-# experiments/results/2026-12-01-h200-session9.md); None where cuBLAS is faster. Other shapes get
-# DEFAULT_CONFIG.
+# the H200 with the weight read from memory, as in a model's step (its numbers:
+# experiments/results/2026-12-01-h200-triton-decode-attention.md); None where cuBLAS is faster. Other
+# shapes get DEFAULT_CONFIG.
 CONFIGS: dict[tuple[int, int], Config | None] = {
     # Qwen3-0.6B: qkv, o, gate_up, down, LM head
     (4096, 1024): (32, 128, 4, 5),
@@ -120,7 +120,8 @@ CONFIGS: dict[tuple[int, int], Config | None] = {
     (151936, 4096): (64, 256, 4, 3),
 }
 # The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden), the fastest
-# `experiments.kernels.skinny_matmul_bench --gated` found (experiments/results/2026-12-01-h200-session11.md).
+# `experiments.kernels.skinny_matmul_bench --gated` found
+# (experiments/results/2026-12-01-h200-norm-fused-projections.md).
 GATED_CONFIGS: dict[tuple[int, int], Config | None] = {
     (6144, 1024): (32, 128, 4, 5),
     (24576, 4096): (32, 128, 4, 3),

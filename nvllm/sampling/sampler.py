@@ -17,7 +17,7 @@ def race(
     """argmax of logits / T - log E per row: with E ~ Exp(1) a categorical draw from softmax(logits / T),
     with a noise scale of 0 the greedy choice. One pass over the logits when compiled (drawing E inside
     that pass, from inductor's random numbers, was slower than reading a tensor of it:
-    experiments/results/2026-11-29-h200-session3.md)."""
+    experiments/results/2026-11-29-h200-overlapped-rounds.md)."""
     return _scores(logits, inv_temperatures, noise_scales, noise).argmax(-1)
 
 
@@ -27,7 +27,7 @@ def race_in_chunks(
     """`race` for a few rows: compiled, a row's argmax goes to one GPU program, which leaves most of the GPU
     idle for a batch of a few rows of Qwen3's 151,936 logits; in 128 chunks it spreads. Many rows are faster
     whole: a chunk of 1,187 logits is not aligned for vector loads
-    (experiments/results/2026-11-29-h200-session3.md)."""
+    (experiments/results/2026-11-29-h200-overlapped-rounds.md)."""
     return chunked_argmax(_scores(logits, inv_temperatures, noise_scales, noise))
 
 

@@ -5,7 +5,6 @@ import os
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,34 +42,50 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
     )
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("nvllm-*.whl")
-    # this interpreter's packages (torch, hydra, ...), but nvllm and the harness from the wheel alone
-    venv.create(tmp_path / "venv", system_site_packages=True)
-    python = str(tmp_path / "venv" / "bin" / "python")
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
-    assert subprocess.run(install, capture_output=True, env=QUIET).returncode == 0
+    # installed beside, not into, this interpreter: its packages (torch, hydra, ...) come from wherever the
+    # outer environment put them, nvllm and the harness from the wheel alone (first on the path)
+    target = tmp_path / "site"
+    install = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        "--target",
+        str(target),
+    ]
+    installed = subprocess.run([*install, str(wheel)], capture_output=True, text=True, env=QUIET)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    on_path = {"PYTHONPATH": str(target)}
 
-    def run(*args: str, program: str = python, **env: str) -> str:
-        environment = {**QUIET, **env}
-        done = subprocess.run([program, *args], cwd=tmp_path, capture_output=True, text=True, env=environment)
+    def run(*args: str, **env: str) -> str:
+        environment = {**QUIET, **on_path, **env}
+        done = subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, env=environment
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
     api = (
         "import nvllm, experiments\n"
         "from nvllm import LLM, SamplingParams\n"
-        "assert 'site-packages' in nvllm.__file__ and 'site-packages' in experiments.__file__\n"
+        f"assert nvllm.__file__.startswith({str(target)!r})\n"
+        f"assert experiments.__file__.startswith({str(target)!r})\n"
         "with LLM(model='tiny', model__vocab_size=4096) as llm:\n"
         "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
     )
     assert len(eval(run("-c", api).splitlines()[-1])) == 3
-    # the console script: the default experiment, and Hydra's shell completion through it
-    nvllm = str(tmp_path / "venv" / "bin" / "nvllm")
+    # the console script as pip wrote it, run by this interpreter: the default experiment, and Hydra's shell
+    # completion through it
+    nvllm = str(target / "bin" / "nvllm")
     overrides = ["model=tiny", "workload.num_seqs=1", "workload.output_len=2"]
-    output = run("run", *overrides, f"hydra.run.dir={tmp_path / 'run'}", program=nvllm)
+    output = run(nvllm, "run", *overrides, f"hydra.run.dir={tmp_path / 'run'}")
     assert "Throughput: 2 tokens" in output and (tmp_path / "run" / "results.json").is_file()
-    completions = run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm run model=tiny cache.bl").split()
+    completions = run(nvllm, "-sc", "query=bash", COMP_LINE="nvllm run model=tiny cache.bl").split()
     assert completions == ["cache.block_size="]
-    assert run("-sc", "query=bash", program=nvllm, COMP_LINE="nvllm su").split() == ["summarize"]
+    assert run(nvllm, "-sc", "query=bash", COMP_LINE="nvllm su").split() == ["summarize"]
     # `python -m nvllm.run --help`: the experiments, groups with their options, the most used keys
     page = run("-m", "nvllm.run", "+experiment=bench", "--help")
     assert "  latency " in page and "[qwen3-0.6b] qwen3-1.7b" in page and "schema" not in page

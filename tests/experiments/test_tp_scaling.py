@@ -23,12 +23,12 @@ def write_job(directory, model: str, size: int, experiment: str, **metrics) -> N
 
 def test_speedup_and_efficiency_are_against_the_models_smallest_tp_size(tmp_path):
     for size, tok_per_s in [(1, 1000.0), (2, 1700.0), (4, 2800.0)]:
-        write_job(tmp_path / "call1", "qwen3-8b", size, "bench", output_tok_per_s=tok_per_s, startup_s=100.0)
+        write_job(tmp_path / "first", "qwen3-8b", size, "bench", output_tok_per_s=tok_per_s, startup_s=100.0)
     for size, tok_per_s in [(2, 500.0), (4, 900.0)]:
-        write_job(tmp_path / "call2", "qwen3-32b", size, "bench", output_tok_per_s=tok_per_s, startup_s=200.0)
+        write_job(tmp_path / "later", "qwen3-32b", size, "bench", output_tok_per_s=tok_per_s, startup_s=200.0)
     latency = dict(output_tok_per_s=150.0, token_latency_p50_ms=6.5, time_to_first_token_ms=40.0)
-    write_job(tmp_path / "call2", "qwen3-8b", 2, "latency", **latency)
-    rows = tp_scaling.table(tp_scaling.read_results([tmp_path / "call1", tmp_path / "call2"])).splitlines()
+    write_job(tmp_path / "later", "qwen3-8b", 2, "latency", **latency)
+    rows = tp_scaling.table(tp_scaling.read_results([tmp_path / "first", tmp_path / "later"])).splitlines()
     assert len(rows) == 2 + 5
     cells = {tuple(row.split(" | ")[:2]): row.split(" | ") for row in rows[2:]}
     assert cells[("| qwen3-8b", "2")][2:9] == ["1,700", "1.70×", "85%", "150.0", "6.50", "40.0", "100.0 |"]
