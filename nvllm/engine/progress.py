@@ -7,6 +7,10 @@ import sys
 
 from tqdm.auto import tqdm
 
+# What writing to stderr raises when there is none (None under pythonw), it is closed (ValueError), or the
+# disk or pipe behind it is full or gone (OSError)
+NO_STDERR = (AttributeError, OSError, ValueError)
+
 
 class _StderrThatNeverFails:
     """`sys.stderr` as it is at each write (tests and tools swap it), with failed writes dropped."""
@@ -14,13 +18,13 @@ class _StderrThatNeverFails:
     def write(self, text: str) -> int:
         try:
             return sys.stderr.write(text)
-        except (OSError, ValueError):  # ValueError: I/O operation on a closed file
+        except NO_STDERR:
             return 0
 
     def flush(self) -> None:
         try:
             sys.stderr.flush()
-        except (OSError, ValueError):
+        except NO_STDERR:
             pass
 
     def __getattr__(self, name: str):
@@ -28,9 +32,6 @@ class _StderrThatNeverFails:
 
 
 def progress_bar(total: int, description: str, enabled: bool) -> tqdm:
-    """A tqdm bar over `total` items on stderr; a disabled one where stderr cannot even be set up."""
-    try:
-        stderr = _StderrThatNeverFails()
-        return tqdm(total=total, desc=description, dynamic_ncols=True, disable=not enabled, file=stderr)
-    except (OSError, ValueError):
-        return tqdm(total=total, disable=True)
+    """A tqdm bar over `total` items on stderr."""
+    stderr = _StderrThatNeverFails()
+    return tqdm(total=total, desc=description, dynamic_ncols=True, disable=not enabled, file=stderr)

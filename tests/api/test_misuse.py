@@ -67,13 +67,21 @@ class FullStderr(io.StringIO):
     def write(self, text):
         raise OSError(28, "No space left on device")
 
+    def flush(self):
+        raise OSError(28, "No space left on device")
 
-@pytest.mark.parametrize("make_stderr", [FullStderr, lambda: io.StringIO()], ids=["full", "closed"])
+
+def closed_stderr():
+    stderr = io.StringIO()
+    stderr.close()
+    return stderr
+
+
+@pytest.mark.parametrize(
+    "make_stderr", [FullStderr, closed_stderr, lambda: None], ids=["full", "closed", "none"]
+)
 def test_the_progress_bar_never_fails_a_call(llm, expected, make_stderr, monkeypatch):
-    stderr = make_stderr()
-    if not isinstance(stderr, FullStderr):
-        stderr.close()
-    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.setattr(sys, "stderr", make_stderr())
     assert llm.generate(PROMPTS, GREEDY) == expected
 
 
