@@ -86,6 +86,9 @@ class SchedulerConfig:
     # The order requests are served in: fcfs (by arrival) | priority (by each request's `priority`, lower
     # first, then arrival; a waiting request may preempt running ones of lower priority for KV blocks)
     policy: str = "fcfs"
+    # The most log-probabilities a request may ask for per token (`SamplingParams.logprobs`; vLLM's name and
+    # default): each costs host memory for every generated token. -1: no cap (up to the whole vocabulary).
+    max_logprobs: int = 20
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ FLAT_KEYS = {
     "num_decode_steps": "scheduler.num_decode_steps",
     "overlap_rounds": "scheduler.overlap_rounds",
     "scheduling_policy": "scheduler.policy",  # vLLM's name
+    "max_logprobs": "scheduler.max_logprobs",
     "attention_backend": "attention.backend",
     "profile": "profile.enabled",
     "dtype": "model.dtype",
@@ -287,6 +291,8 @@ def validate(config: EngineConfig) -> None:
         )
     if sched.policy not in ("fcfs", "priority"):
         problems.append(f"scheduler.policy={sched.policy!r} must be fcfs or priority")
+    if sched.max_logprobs < -1:
+        problems.append(f"scheduler.max_logprobs={sched.max_logprobs} must be -1 (no cap) or at least 0")
     if sched.num_decode_steps < 1:
         problems.append(f"scheduler.num_decode_steps={sched.num_decode_steps} must be at least 1")
     if sched.max_model_len > model.max_position_embeddings:

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 GREEDY_BELOW_TEMPERATURE = 1e-5
 MAX_SEED = 2**64  # torch.Generator.manual_seed takes [0, 2**64)
 MAX_TOP_K = 2**31 - 1
+# Counts and token ids become int64 tensors in the engine: a larger one would fail there, mid-call, taking the
+# other requests of the call with it. Checked here instead.
+INT64_LIMIT = 2**63
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in [-2, 2], as in OpenAI's API and vLLM
 
 
@@ -50,8 +53,8 @@ class SamplingParams:
         """Raise a ValueError naming the first field that is wrong; then hold the numbers as Python's (NumPy
         scalars overflow in the engine's arithmetic, an np.int32 max_tokens plus a prompt's length, and
         torch.Generator.manual_seed refuses them). The values do not change."""
-        if not is_integer(self.max_tokens) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1")
+        if not is_integer(self.max_tokens) or not 1 <= self.max_tokens < INT64_LIMIT:
+            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1 and < 2**63")
         if not is_real(self.temperature) or not 0 <= self.temperature <= sys.float_info.max:  # NaN too
             raise ValueError(
                 f"temperature={self.temperature!r} must be a finite number >= 0 (0 means greedy)"
@@ -64,8 +67,8 @@ class SamplingParams:
             raise ValueError(f"ignore_eos={self.ignore_eos!r} must be True or False")
         if self.seed is not None and (not is_integer(self.seed) or not 0 <= self.seed < MAX_SEED):
             raise ValueError(f"seed={self.seed!r} must be None or an integer in [0, 2**64)")
-        if not is_integer(self.n) or self.n < 1:
-            raise ValueError(f"n={self.n!r} must be an integer >= 1")
+        if not is_integer(self.n) or not 1 <= self.n < INT64_LIMIT:
+            raise ValueError(f"n={self.n!r} must be an integer in [1, 2**63)")
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         if stop is not None and (
             not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop)
@@ -73,17 +76,21 @@ class SamplingParams:
             raise ValueError(f"stop={self.stop!r} must be None, a non-empty string or a list of them")
         stop_ids = self.stop_token_ids
         if stop_ids is not None and (
-            not isinstance(stop_ids, (list, tuple)) or not all(is_integer(t) and t >= 0 for t in stop_ids)
+            not isinstance(stop_ids, (list, tuple))
+            or not all(is_integer(t) and 0 <= t < INT64_LIMIT for t in stop_ids)
         ):
-            raise ValueError(f"stop_token_ids={stop_ids!r} must be None or a list of token ids (ints >= 0)")
+            raise ValueError(
+                f"stop_token_ids={stop_ids!r} must be None or a list of token ids (ints in [0, 2**63))"
+            )
         if not isinstance(self.include_stop_str_in_output, bool):
             raise ValueError(
                 f"include_stop_str_in_output={self.include_stop_str_in_output!r} must be True or False"
             )
         if not is_integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens!r} must be an integer in [0, max_tokens]")
-        if self.logprobs is not None and (not is_integer(self.logprobs) or self.logprobs < 0):
-            raise ValueError(f"logprobs={self.logprobs!r} must be None or an integer >= 0")
+        logprobs = self.logprobs
+        if logprobs is not None and (not is_integer(logprobs) or not 0 <= logprobs < INT64_LIMIT):
+            raise ValueError(f"logprobs={self.logprobs!r} must be None or an integer in [0, 2**63)")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:

@@ -4,15 +4,15 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import threading
 import time
+import warnings
 from collections.abc import Iterator
 from collections.abc import Sequence as SequenceLike
 
-from tqdm.auto import tqdm
-
 from nvllm.attention.cascade import decode_kv_reads
 from nvllm.config import EngineConfig, resolve
+from nvllm.engine.ownership import EngineOwnership
+from nvllm.engine.progress import progress_bar
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
 from nvllm.engine.request_validation import (
     Prompt,
@@ -56,6 +56,7 @@ class LLMEngine:
     """Continuous batching: requests in, one scheduled batch per `step()`, finished sequences out."""
 
     def __init__(self, config: EngineConfig):
+        self._ownership = EngineOwnership()
         self.config = config = resolve(config)
         model_class(config.model.architecture)  # an unsupported architecture fails before any loading
         check_fits(config, DTYPES[config.model.dtype], config.device)  # as does a model too large
@@ -93,8 +94,8 @@ class LLMEngine:
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
-        self._generating = threading.Lock()
-        self._streaming_thread: int | None = None  # the thread iterating a stream of this engine, if any
+        self._step_failed = False  # a step raised part-way: its sequences' state is unknown until abort_all
+        self._warned_priority_ignored = False
         self.prefill_seconds = self.decode_seconds = 0.0
         self.profiler.set_memory(
             weight_bytes(config, dtype),
@@ -130,20 +131,38 @@ class LLMEngine:
 
     # ---- requests -----------------------------------------------------------------------------------
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
-        """Reject a request the engine could never serve, before it changes any state."""
+        """Reject a request the engine could never serve, or would serve at a cost above its caps, before
+        it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
+        max_logprobs, vocab_size = self.config.scheduler.max_logprobs, self.config.model.vocab_size
+        if params.logprobs is not None and max_logprobs != -1:
+            # -1: the whole vocabulary
+            num_logprobs = vocab_size if params.logprobs == -1 else params.logprobs
+            if num_logprobs > max_logprobs:
+                raise ValueError(
+                    f"logprobs={params.logprobs} asks for more log-probabilities per token than "
+                    f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
+                )
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
         """Queue one request (`priority`: lower is served first under `scheduler.policy=priority`); its
         samples beyond the first (`n`) are the returned sequence's `forks` until its prompt is computed."""
-        self.profiler.lap("other")
-        token_ids = token_ids_of(prompt, self.tokenizer)
-        self.validate(token_ids, sampling_params)
-        seq = self._enqueue(token_ids, sampling_params, check_priority(priority))
-        self.profiler.lap("add_requests")
-        return seq
+        with self._ownership.call():
+            self.profiler.lap("other")
+            token_ids = token_ids_of(prompt, self.tokenizer)
+            self.validate(token_ids, sampling_params)
+            seq = self._enqueue(token_ids, sampling_params, check_priority(priority))
+            self.profiler.lap("add_requests")
+            return seq
 
     def _enqueue(self, token_ids: list[int], params: SamplingParams, priority: int = 0) -> Sequence:
+        if priority != 0 and self.config.scheduler.policy == "fcfs" and not self._warned_priority_ignored:
+            self._warned_priority_ignored = True
+            warnings.warn(
+                "priority is ignored under scheduler.policy=fcfs: set scheduling_policy='priority' "
+                "(scheduler.policy=priority) to serve requests by priority",
+                stacklevel=3,
+            )
         seq = Sequence(token_ids, params, priority)
         # sample i draws from seed + i (as vLLM does): reproducible, and distinct from the others
         seq.forks = [
@@ -160,7 +179,24 @@ class LLMEngine:
     # ---- the loop -----------------------------------------------------------------------------------
     def step(self) -> list[Sequence]:
         """Run one batch to its tokens (one prefill step or a round of decode steps), and return the
-        sequences that finished. This is the one place that overlaps rounds: with
+        sequences that finished. After a step that raised, the engine refuses to step until `abort_all`."""
+        with self._ownership.call():
+            return self._step()
+
+    def _step(self) -> list[Sequence]:
+        if self._step_failed:
+            raise RuntimeError(
+                "a step of this engine failed part-way, leaving its requests in an unknown state: call "
+                "abort_all() to drop them before stepping again"
+            )
+        try:
+            return self._run_step()
+        except BaseException:
+            self._step_failed = True
+            raise
+
+    def _run_step(self) -> list[Sequence]:
+        """One step; this is the one place that overlaps rounds: with
         `scheduler.overlap_rounds`, the decode round after the current one is launched before the current
         one's tokens are read, so that the host's work between rounds overlaps the device's. The next
         round's first step reads the current round's last tokens from the device's token table, as every
@@ -245,8 +281,13 @@ class LLMEngine:
 
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""
+        with self._ownership.call():
+            self._abort_all()
+
+    def _abort_all(self) -> None:
         self.in_flight = None  # its work on the device ends before any later batch's begins
         self.scheduler.abort_all()
+        self._step_failed = False
 
     def generate(
         self,
@@ -270,7 +311,7 @@ class LLMEngine:
                 self.profiler.lap("add_requests")
                 self._run_until_done(sum(map(len, samples)), use_tqdm)
             finally:
-                self.abort_all()
+                self._abort_all()
             outputs = [request_output(request_samples, self.tokenizer) for request_samples in samples]
             self.profiler.lap("detokenize")
             self.profiler.generate_finished()
@@ -298,12 +339,13 @@ class LLMEngine:
                             attach_detokenizer(member, self.tokenizer)
                         cursors.append((index, StreamCursor(member, sample)))
                 while not self.is_finished():
-                    self.step()
+                    self._step()
                     for index, cursor in cursors:
                         if (delta := cursor.delta()) is not None:
-                            yield index, delta
+                            with self._ownership.stream_suspended():
+                                yield index, delta
             finally:
-                self.abort_all()
+                self._abort_all()
                 self.profiler.generate_finished()
 
     def chat(
@@ -321,17 +363,21 @@ class LLMEngine:
 
     @contextlib.contextmanager
     def _exclusive(self, streaming: bool = False):
-        """One call at a time (other threads wait); a call from the thread iterating a stream would wait for
-        itself, and is an error instead."""
-        if self._streaming_thread == threading.get_ident():
-            raise RuntimeError("a stream of this engine is still being iterated: finish or close it first")
-        with self._generating:
+        """The engine for one generate or stream call (see EngineOwnership). Requests of a hand-written
+        add_request/step loop are refused rather than run and dropped by this call. A stream's decode rounds
+        are one step long, so that each token reaches it one model step after it is sampled."""
+        with self._ownership.call():
+            if not self.is_finished():
+                raise RuntimeError(
+                    "requests added with add_request() are pending: step them to the end or call abort_all() "
+                    "before generate or stream"
+                )
             if streaming:
-                self._streaming_thread = threading.get_ident()
+                self.scheduler.num_decode_steps = 1
             try:
                 yield
             finally:
-                self._streaming_thread = None
+                self.scheduler.num_decode_steps = self.config.scheduler.num_decode_steps
 
     def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
         """The requests of a call as (token ids, params, priority), every one checked."""
@@ -345,7 +391,7 @@ class LLMEngine:
         return requests
 
     def _run_until_done(self, num_seqs: int, use_tqdm: bool) -> None:
-        progress = tqdm(total=num_seqs, desc="Generating", dynamic_ncols=True, disable=not use_tqdm)
+        progress = progress_bar(num_seqs, "Generating", enabled=use_tqdm)
         start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
 
         def rate(tokens: int, seconds: float) -> str:
@@ -353,7 +399,7 @@ class LLMEngine:
 
         with progress:
             while not self.is_finished():
-                finished = self.step()
+                finished = self._step()
                 progress.update(len(finished))
                 progress.set_postfix(
                     prefill=rate(self.num_prefill_tokens - start[0], self.prefill_seconds - start[1]),
@@ -382,8 +428,21 @@ class LLMEngine:
         return {**stats, **utilization_stats(stats, self.device_peak, num_devices)}
 
     def shutdown(self) -> None:
+        """Release the device memory and the workers once the call another thread runs has ended (at once
+        from the loop of this thread's stream, which then ends); every later call raises."""
+        ownership = getattr(self, "_ownership", None)
+        if ownership is None or ownership.is_shut_down:
+            return
+        if ownership.owns_suspended_stream():
+            self._release()
+        else:
+            with ownership.call():
+                self._release()
+
+    def _release(self) -> None:
+        self._ownership.is_shut_down = True
         if getattr(self, "model_runner", None) is not None:
-            self.abort_all()
+            self._abort_all()
             self.model_runner.shutdown()
             self.model_runner = None
             gc.unfreeze()

@@ -62,6 +62,8 @@ class Scheduler:
         profiler: Profiler | NullProfiler | None = None,
     ):
         self.config = config
+        # a decode round's length; the engine shortens it while a stream wants every token as it comes
+        self.num_decode_steps = config.num_decode_steps
         self.profiler = profiler or NullProfiler()  # told of every admission and preemption
         self.block_manager = block_manager
         self.stops = StopChecker(eos_token_id, config.max_model_len)
@@ -222,7 +224,7 @@ class Scheduler:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
         blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
         room = self.block_manager.max_decode_steps(seq)
-        return max(1, min(self.config.num_decode_steps, self.stops.tokens_left(seq), room))
+        return max(1, min(self.num_decode_steps, self.stops.tokens_left(seq), room))
 
     def _preempt(self, seq: Sequence) -> None:
         """Drop the sequence's KV (it is recomputed on re-admission, partly from the prefix cache)."""

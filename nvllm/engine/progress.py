@@ -1,0 +1,37 @@
+"""The default progress bar of `generate`: output for the user's eyes, which must never fail the call it
+reports on (stderr closed, a full disk, a broken pipe)."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm.auto import tqdm
+
+# What writing to stderr raises when there is none (None under pythonw), it is closed (ValueError), or the
+# disk or pipe behind it is full or gone (OSError)
+NO_STDERR = (AttributeError, OSError, ValueError)
+
+
+class _StderrThatNeverFails:
+    """`sys.stderr` as it is at each write (tests and tools swap it), with failed writes dropped."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stderr.write(text)
+        except NO_STDERR:
+            return 0
+
+    def flush(self) -> None:
+        try:
+            sys.stderr.flush()
+        except NO_STDERR:
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(sys.stderr, name)
+
+
+def progress_bar(total: int, description: str, enabled: bool) -> tqdm:
+    """A tqdm bar over `total` items on stderr."""
+    stderr = _StderrThatNeverFails()
+    return tqdm(total=total, desc=description, dynamic_ncols=True, disable=not enabled, file=stderr)

@@ -1,0 +1,23 @@
+"""A stream gets each token one model step after it is sampled, not a decode round's worth at once; generate
+keeps its rounds."""
+
+from nvllm import SamplingParams
+from tests.helpers.engine_utils import random_prompt, recorded_steps, tiny_llm
+
+PROMPTS = [random_prompt(5, seed=710), random_prompt(7, seed=711)]
+PARAMS = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+NUM_DECODE_STEPS = 16
+
+
+def test_a_stream_gets_its_deltas_one_token_at_a_time_and_generate_keeps_its_rounds():
+    with tiny_llm(num_decode_steps=NUM_DECODE_STEPS) as llm:
+        expected = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+        streamed = {index: [] for index in range(len(PROMPTS))}
+        for index, delta in llm.stream(PROMPTS, PARAMS):
+            assert len(delta.token_ids) == 1
+            streamed[index] += delta.token_ids
+        assert [streamed[i] for i in range(len(PROMPTS))] == [out.outputs[0].token_ids for out in expected]
+        with recorded_steps(llm) as steps:
+            assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
+        decode_rounds = [step.num_new_tokens for step in steps if not step.is_prefill]
+        assert decode_rounds[0] == [PARAMS.max_tokens - 1] * len(PROMPTS)  # the prefill samples the first
