@@ -12,7 +12,7 @@ from collections.abc import Sequence as SequenceLike
 from tqdm.auto import tqdm
 
 from nvllm.attention.cascade import decode_kv_reads
-from nvllm.config import EngineConfig, resolve
+from nvllm.config import EngineConfig, resolve, validate
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
 from nvllm.engine.request_validation import (
     Prompt,
@@ -27,6 +27,7 @@ from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
+from nvllm.runner.contract import Runner
 from nvllm.runner.graph_runner import decode_capture_sizes
 from nvllm.runner.launched_batch import LaunchedBatch
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
@@ -80,15 +81,9 @@ class LLMEngine:
             config.scheduler.max_num_seqs,
             decode_capture_sizes(config),
         )
-        timings = dict(self.model_runner.timings)
-        self.sampler = Sampler(compiled=config.compile.enabled and self.device.startswith("cuda"))
-        if self.sampler.compiled:
-            compile_start = time.perf_counter()
-            self.sampler.warm_up(config.model.vocab_size, self.model_runner.dtype, self.device)
-            timings["compile_s"] += time.perf_counter() - compile_start
         if config.compile.enabled:
             save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)
-        self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
+        self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
@@ -121,7 +116,7 @@ class LLMEngine:
             timings,
         )
 
-    def _make_model_runner(self):
+    def _make_model_runner(self) -> Runner:
         if self.config.parallel.tensor_parallel_size > 1:
             from nvllm.distributed.tensor_parallel import TensorParallelRunner
 
@@ -211,7 +206,7 @@ class LLMEngine:
         profiler.lap("build_inputs")
         seqs = batch.sampled_seqs
         num_steps = None if batch.is_prefill else batch.num_new_tokens
-        sampling = self.sampler.prepare(
+        sampling = Sampler.prepare(
             [seq.sampling_params for seq in seqs],
             [seq.generator for seq in seqs],
             self.device,
@@ -225,10 +220,9 @@ class LLMEngine:
         profiler.lap("sample")
         self.work.add(batch)
         profiler.launch_started(batch)
-        sample = profiler.timed(
-            lambda logits, step: self.sampler.sample(logits, sampling, step), "launch", "sample"
+        tokens = self.model_runner.execute(
+            steps, sampling, lambda sample: profiler.timed(sample, "launch", "sample")
         )
-        tokens = self.model_runner.execute(steps, sample)
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
         wait = self.model_runner.wait_for_device
@@ -360,6 +354,20 @@ class LLMEngine:
                     decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
                     refresh=False,
                 )
+
+    def set_cascade(self, mode: str) -> None:
+        """Decode by cascade attention as `attention.cascade=mode` says (auto | on | off), from the next
+        batch on. An engine started with it off compiled and captured no cascade graphs: it stays off."""
+        attention = dataclasses.replace(self.config.attention, cascade=mode)
+        config = dataclasses.replace(self.config, attention=attention)
+        validate(config)
+        if mode != "off" and self.model_runner.backend.cascade == "off" and self.config.compile.enabled:
+            raise ValueError(
+                f"attention.cascade={mode!r}: this engine started with cascade off, so it has no compiled "
+                "cascade graphs; start it with attention.cascade=on or auto"
+            )
+        self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
+        self.config = config
 
     def stats(self) -> dict:
         stats = {
