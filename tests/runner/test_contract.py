@@ -13,6 +13,7 @@ import torch
 
 from nvllm import SamplingParams
 from nvllm.runner.contract import Runner, runner_attributes
+from nvllm.runner.memory import weight_bytes
 from nvllm.sampling.sampler import Sampler
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
@@ -68,6 +69,8 @@ def test_every_runner_keeps_the_contract(tensor_parallel_size):
         assert (runner.device, runner.dtype, runner.num_blocks) == ("cpu", torch.float32, 12)
         assert runner.backend is llm.inputs.backend  # the step builder plans with the runner's backend
         assert set(runner.timings) == {"load_s", "compile_s", "capture_s"}
+        # rank 0's share of the parameters (the norms, a few hundred bytes, are not sharded)
+        assert runner.weight_bytes == pytest.approx(weight_bytes(llm.config, runner.dtype), rel=1e-3)
         tokens, seen = sampled_through_the_contract(llm, [random_prompt(7, 1), random_prompt(9, 2)])
         assert len(seen) == 1 and tokens.shape == (seen[0].shape[0], 1)
         assert tokens[:, 0].tolist() == seen[0].argmax(-1).tolist()
