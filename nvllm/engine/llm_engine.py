@@ -357,17 +357,19 @@ class LLMEngine:
 
     def set_cascade(self, mode: str) -> None:
         """Decode by cascade attention as `attention.cascade=mode` says (auto | on | off), from the next
-        batch on. An engine started with it off compiled and captured no cascade graphs: it stays off."""
-        attention = dataclasses.replace(self.config.attention, cascade=mode)
-        config = dataclasses.replace(self.config, attention=attention)
-        validate(config)
-        if mode != "off" and self.model_runner.backend.cascade == "off" and self.config.compile.enabled:
+        batch on (`config` stays the one the engine started with). A compiled engine started with it off
+        compiled and captured no cascade graphs: it stays off."""
+        validate(
+            dataclasses.replace(
+                self.config, attention=dataclasses.replace(self.config.attention, cascade=mode)
+            )
+        )
+        if mode != "off" and self.config.attention.cascade == "off" and self.config.compile.enabled:
             raise ValueError(
                 f"attention.cascade={mode!r}: this engine started with cascade off, so it has no compiled "
                 "cascade graphs; start it with attention.cascade=on or auto"
             )
         self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
-        self.config = config
 
     def stats(self) -> dict:
         stats = {

@@ -29,7 +29,7 @@ def test_set_cascade_switches_decode_between_cascade_and_plain():
         by_cascade, read, plain = kv_reads(llm, prompts)
         assert read < plain
         llm.set_cascade("off")
-        assert llm.config.attention.cascade == "off"
+        assert llm.model_runner.backend.cascade == "off" and llm.config.attention.cascade == "on"
         plain_tokens, read, plain = kv_reads(llm, prompts)
         assert read == plain > 0 and plain_tokens == by_cascade
         llm.set_cascade("on")
