@@ -102,6 +102,9 @@ class CompileConfig:
     # on a CPU takes minutes)
     enabled: bool | None = None
     compile_prefill: bool = True  # prefill steps run the compiled graph too (else the eager model)
+    # torch.compile the sampler's draw (rank 0's; compiled at start-up): auto | on | off. auto: where the
+    # model is compiled on CUDA (on the CPU a compiled draw gains nothing and costs start-up time)
+    sampler: str = "auto"
     max_capture_batch_size: int = 512  # decode batches above this run the compiled graph without a CUDA graph
     # Prefill steps of up to this many tokens (of at most 4 sequences) replay CUDA graphs too, one per token
     # bucket (16, 32, ... up to this): a compiled prefill launched from Python costs far more host time
@@ -310,6 +313,8 @@ def validate(config: EngineConfig) -> None:
             f"parallel.tensor_parallel_size={tp} must divide num_attention_heads={model.num_attention_heads} "
             f"and num_key_value_heads={model.num_key_value_heads}"
         )
+    if config.compile.sampler not in ("auto", "on", "off"):
+        problems.append(f"compile.sampler={config.compile.sampler!r} must be auto, on or off")
     if (max_prefill_graph_tokens := config.compile.max_prefill_graph_tokens) < 0:
         problems.append(f"compile.max_prefill_graph_tokens={max_prefill_graph_tokens} must be 0 or more")
     profile = config.profile
@@ -324,7 +329,7 @@ def validate(config: EngineConfig) -> None:
 def resolve(config: EngineConfig) -> EngineConfig:
     """`config` validated, with every `auto` settled for this machine: the device (`cuda` when there is one),
     the attention backend (flash-attn where it can run), the dtype (bf16 on CUDA, fp32 on the CPU) and
-    whether to compile (on CUDA). Resolving a resolved config changes nothing."""
+    whether to compile the model and the sampler (on CUDA). Resolving a resolved config changes nothing."""
     import torch
 
     from nvllm.attention import resolve_backend
@@ -348,10 +353,13 @@ def resolve(config: EngineConfig) -> EngineConfig:
     if dtype == "auto":
         dtype = "bfloat16" if on_cuda else "float32"
     enabled = on_cuda if config.compile.enabled is None else config.compile.enabled
+    sampler = config.compile.sampler
+    if sampler == "auto":
+        sampler = "on" if enabled and on_cuda else "off"
     return dataclasses.replace(
         config,
         device=device,
         model=dataclasses.replace(config.model, dtype=dtype),
         attention=dataclasses.replace(config.attention, backend=backend.name),
-        compile=dataclasses.replace(config.compile, enabled=enabled),
+        compile=dataclasses.replace(config.compile, enabled=enabled, sampler=sampler),
     )

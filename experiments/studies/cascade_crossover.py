@@ -23,7 +23,7 @@ MIN_SPEEDUP = 1.02  # cascade must beat plain by more than the run-to-run noise 
 def decode_ms_per_step(llm: LLM, prompts: list[list[int]], output_len: int, mode: str) -> float:
     """Decode milliseconds per step of the group, with the backend's cascade mode set to `mode` (the graphs
     of both kinds exist: the engine started with cascade on)."""
-    llm.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
+    llm.set_cascade(mode)
     before = llm.stats()
     llm.generate(
         prompts, SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True), use_tqdm=False

@@ -71,7 +71,7 @@ def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tok
     dtype's name."""
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True, logprobs=TOP_LOGPROBS)
     with LLM(model, **settings) as llm:
-        weights = sum(t.numel() * t.element_size() for t in llm.model_runner.model.state_dict().values())
+        weights = llm.model_runner.weight_bytes
         outputs = [request.outputs[0] for request in llm.generate(prompts, params, use_tqdm=False)]
         dtype = str(llm.model_runner.dtype).removeprefix("torch.")
     return outputs, weights / 2**30, dtype

@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import wait as wait_for_exit
 from typing import Any, NoReturn
 
@@ -40,8 +41,10 @@ import torch.distributed as dist
 from nvllm.config import EngineConfig
 from nvllm.distributed.group import destroy_tensor_parallel, tcp_store
 from nvllm.distributed.shm_channel import ShmBroadcast, ShmReader
-from nvllm.runner.model_runner import ModelRunner, Sample
+from nvllm.runner.contract import Sample, runner_attributes
+from nvllm.runner.model_runner import ModelRunner
 from nvllm.runner.step_inputs import StepInputs
+from nvllm.sampling.sampler import SamplingBatch
 from nvllm.scheduler.block_manager import blocks_for
 
 SHUTDOWN = "shutdown"
@@ -277,8 +280,8 @@ class _Workers:
 
 
 class TensorParallelRunner:
-    """Rank 0's model runner (its own shard) driving the worker ranks: what the engine calls instead of a
-    `ModelRunner` when `parallel.tensor_parallel_size > 1`. Any failure stops every rank."""
+    """Rank 0's model runner (its own shard) driving the worker ranks: the `Runner` the engine holds instead
+    of a `ModelRunner` when `parallel.tensor_parallel_size > 1`. Any failure stops every rank."""
 
     def __init__(self, config: EngineConfig):
         # checked before anything starts, so that whatever group exists when this runner stops is its own
@@ -301,13 +304,8 @@ class TensorParallelRunner:
             )
         except BaseException as error:
             self._stop_after(error)
-        self.device, self.backend, self.num_blocks = (
-            self.runner.device,
-            self.runner.backend,
-            self.runner.num_blocks,
-        )
-        self.timings = self.runner.timings
-        self.cuda_graph_pool_bytes = self.runner.cuda_graph_pool_bytes
+        for name in runner_attributes():  # the engine sees rank 0's device, backend, blocks, timings...
+            setattr(self, name, getattr(self.runner, name))
 
     @property
     def shm_name(self) -> str:
@@ -317,13 +315,18 @@ class TensorParallelRunner:
     def worker_pids(self) -> list[int]:
         return [process.pid for process in self.workers.processes]
 
-    def execute(self, steps: list[StepInputs], sample: Sample) -> torch.Tensor:
-        """`ModelRunner.execute` on every rank. After a half-run batch the ranks' collectives can no longer
-        be matched up: any failure ends every rank."""
+    def execute(
+        self,
+        steps: list[StepInputs],
+        sampling: SamplingBatch,
+        wrap_sample: Callable[[Sample], Sample] | None = None,
+    ) -> torch.Tensor:
+        """`ModelRunner.execute` on every rank (rank 0 samples). After a half-run batch the ranks'
+        collectives can no longer be matched up: any failure ends every rank."""
         if not self.workers.healthy:
             raise RuntimeError("the tensor-parallel workers were stopped after an error: create a new engine")
         try:
-            return self.runner.execute(steps, sample)
+            return self.runner.execute(steps, sampling, wrap_sample)
         except BaseException as error:
             self._stop_after(error)
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence as SequenceLike
 
 from nvllm.attention.cascade import decode_kv_reads
-from nvllm.config import EngineConfig, resolve
+from nvllm.config import EngineConfig, resolve, validate
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.progress import progress_bar
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
@@ -27,6 +27,7 @@ from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
+from nvllm.runner.contract import Runner
 from nvllm.runner.graph_runner import decode_capture_sizes
 from nvllm.runner.launched_batch import LaunchedBatch
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
@@ -81,15 +82,9 @@ class LLMEngine:
             config.scheduler.max_num_seqs,
             decode_capture_sizes(config),
         )
-        timings = dict(self.model_runner.timings)
-        self.sampler = Sampler(compiled=config.compile.enabled and self.device.startswith("cuda"))
-        if self.sampler.compiled:
-            compile_start = time.perf_counter()
-            self.sampler.warm_up(config.model.vocab_size, self.model_runner.dtype, self.device)
-            timings["compile_s"] += time.perf_counter() - compile_start
         if config.compile.enabled:
             save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)
-        self.startup_timings = {**timings, "startup_s": time.perf_counter() - start}
+        self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
         self._log_startup()
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
@@ -122,7 +117,7 @@ class LLMEngine:
             timings,
         )
 
-    def _make_model_runner(self):
+    def _make_model_runner(self) -> Runner:
         if self.config.parallel.tensor_parallel_size > 1:
             from nvllm.distributed.tensor_parallel import TensorParallelRunner
 
@@ -247,7 +242,7 @@ class LLMEngine:
         profiler.lap("build_inputs")
         seqs = batch.sampled_seqs
         num_steps = None if batch.is_prefill else batch.num_new_tokens
-        sampling = self.sampler.prepare(
+        sampling = Sampler.prepare(
             [seq.sampling_params for seq in seqs],
             [seq.generator for seq in seqs],
             self.device,
@@ -261,10 +256,9 @@ class LLMEngine:
         profiler.lap("sample")
         self.work.add(batch)
         profiler.launch_started(batch)
-        sample = profiler.timed(
-            lambda logits, step: self.sampler.sample(logits, sampling, step), "launch", "sample"
+        tokens = self.model_runner.execute(
+            steps, sampling, lambda sample: profiler.timed(sample, "launch", "sample")
         )
-        tokens = self.model_runner.execute(steps, sample)
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
         wait = self.model_runner.wait_for_device
@@ -406,6 +400,23 @@ class LLMEngine:
                     decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
                     refresh=False,
                 )
+
+    def set_cascade(self, mode: str) -> None:
+        """Decode by cascade attention as `attention.cascade=mode` says (auto | on | off), from the next
+        batch on (`config` stays the one the engine started with). A compiled engine started with it off
+        compiled and captured no cascade graphs: it stays off."""
+        validate(
+            dataclasses.replace(
+                self.config, attention=dataclasses.replace(self.config.attention, cascade=mode)
+            )
+        )
+        if mode != "off" and self.config.attention.cascade == "off" and self.config.compile.enabled:
+            raise ValueError(
+                f"attention.cascade={mode!r}: this engine started with cascade off, so it has no compiled "
+                "cascade graphs; start it with attention.cascade=on or auto"
+            )
+        with self._ownership.call():  # never between the rounds of a running call
+            self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
 
     def stats(self) -> dict:
         stats = {

@@ -18,16 +18,15 @@ from nvllm.models import model_class
 from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_weights, random_tensors
 from nvllm.runner.compile_cache import load_cache_artifacts
 from nvllm.runner.compiled_model import CompiledModel
+from nvllm.runner.contract import Sample
 from nvllm.runner.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
+from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.scheduler.block_manager import blocks_for
 from nvllm.transfer import to_device
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-# A step's sampler: (logits, step of the round) -> one token per logits row, on the device
-Sample = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 class Broadcaster(Protocol):
@@ -50,6 +49,8 @@ class SingleRank:
 
 
 class ModelRunner:
+    """The `Runner` of one rank. Rank 0 samples (it owns the `Sampler`); the others receive its tokens."""
+
     def __init__(
         self,
         config: EngineConfig,
@@ -77,12 +78,14 @@ class ModelRunner:
         start = time.perf_counter()
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in self.model.state_dict().values())
         self.num_blocks = self._allocate_kv_cache()
         # each running sequence's newest token, which the next decode step takes (see StepInputs)
         rows = token_table_rows(config.scheduler.max_num_seqs)
         self.token_table = torch.zeros(rows, dtype=torch.int64, device=self.device)
         if config.compile.enabled:
             self._compile()
+        self.sampler = self._make_sampler() if rank == 0 else None
 
     # ---- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -183,6 +186,16 @@ class ModelRunner:
         self.timings["capture_s"] = time.perf_counter() - start
         self.trust_decode_guards = True  # every decode shape has run (see CompiledModel)
 
+    def _make_sampler(self) -> Sampler:
+        """The sampler, its graphs compiled now (where `compile.sampler` says) rather than on a first batch:
+        their time counts as compile time."""
+        sampler = Sampler(compiled=self.config.compile.sampler == "on")
+        if sampler.compiled:
+            start = time.perf_counter()
+            sampler.warm_up(self.config.model.vocab_size, self.dtype, self.device)
+            self.timings["compile_s"] += time.perf_counter() - start
+        return sampler
+
     # ---- steps --------------------------------------------------------------------------------------
     # no_grad, not inference_mode: tensors made under inference mode carry other dispatch keys, and the
     # compiled graphs (which guard on them) see inputs made both inside and outside this call
@@ -209,11 +222,22 @@ class ModelRunner:
         trusted = self.trust_decode_guards and not inputs.is_prefill
         return self.compiled_model(*args, check_guards=not trusted)
 
-    def execute(self, steps: list[StepInputs] | None, sample: Sample | None = None) -> torch.Tensor:
+    def execute(
+        self,
+        steps: list[StepInputs] | None,
+        sampling: SamplingBatch | None = None,
+        wrap_sample: Callable[[Sample], Sample] | None = None,
+    ) -> torch.Tensor:
         """Run every step of a batch (rank 0 passes them, the other ranks get them from the broadcaster) and
         return the tokens sampled at each, `[logits rows, steps]`, on the device; nothing here waits for
-        the device. Every rank runs this: rank 0 `sample`s, the others receive its tokens, and each rank
-        writes them into its token table for the steps that follow."""
+        the device. Every rank runs this: rank 0 samples with `sampling` (through `wrap_sample`, if given),
+        the others pass None and receive its tokens, and each rank writes them into its token table for the
+        steps that follow."""
+        sample = None
+        if sampling is not None:
+            sample = self._sample_with(sampling)
+            if wrap_sample is not None:
+                sample = wrap_sample(sample)
         steps = self.broadcaster.steps(steps)
         if steps[0].block_copies is not None:
             self.copy_blocks(steps[0].block_copies)
@@ -230,6 +254,9 @@ class ModelRunner:
             self.token_table.index_copy_(0, to_device(inputs.sampled_rows, self.device), sampled)
             tokens.append(sampled)
         return torch.stack(tokens, dim=1)
+
+    def _sample_with(self, sampling: SamplingBatch) -> Sample:
+        return lambda logits, step: self.sampler.sample(logits, sampling, step)
 
     def copy_blocks(self, copies: torch.Tensor) -> None:
         """Copy KV blocks in every layer, `copies` rows of (source, destination): a fork's own copy of the

@@ -80,8 +80,8 @@ class Sampler:
             self._race = torch.compile(race, fullgraph=True, dynamic=True)
             self._race_in_chunks = torch.compile(race_in_chunks, fullgraph=True, dynamic=True)
 
+    @staticmethod
     def prepare(
-        self,
         params: list[SamplingParams],
         generators: list[torch.Generator | None],
         device: torch.device | str,

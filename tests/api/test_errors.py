@@ -205,11 +205,11 @@ def test_error_inside_a_step_leaves_the_engine_usable(llm, expected, monkeypatch
     execute = llm.model_runner.execute
     calls = []
 
-    def fails_on_second_step(steps, sample):
+    def fails_on_second_step(steps, *sampling):
         calls.append(steps)
         if len(calls) == 2:  # after a prefill: sequences running, blocks held and published
             raise RuntimeError("injected failure")
-        return execute(steps, sample)
+        return execute(steps, *sampling)
 
     monkeypatch.setattr(llm.model_runner, "execute", fails_on_second_step)
     with pytest.raises(RuntimeError, match="injected failure"):

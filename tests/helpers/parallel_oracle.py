@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from nvllm import LLM, SamplingParams
+from nvllm.sampling.sampler import Sampler
 
 
 def prefill_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
@@ -16,11 +17,17 @@ def prefill_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
     assert batch.is_prefill and set(batch.sampled_seqs) == set(seqs), "the prompts need one prefill step"
     captured = []
 
-    def keep_logits(logits: torch.Tensor, step: int) -> torch.Tensor:
-        captured.append(logits.float().cpu())
-        return logits.argmax(dim=-1)
+    def keeping_logits(sample):
+        def sample_keeping_logits(logits: torch.Tensor, step: int) -> torch.Tensor:
+            captured.append(logits.float().cpu())
+            return sample(logits, step)
 
-    llm.model_runner.execute(llm.inputs.build(batch), keep_logits)
+        return sample_keeping_logits
+
+    steps = llm.inputs.build(batch)
+    greedy = [SamplingParams(temperature=0)] * len(seqs)
+    sampling = Sampler.prepare(greedy, [None] * len(seqs), llm.device, num_rows=steps[0].num_logits)
+    llm.model_runner.execute(steps, sampling, keeping_logits)
     llm.abort_all()
     rows = [batch.sampled_seqs.index(seq) for seq in seqs]
     return captured[0][rows]
