@@ -99,10 +99,10 @@ def test_add_request_and_step_wait_for_another_threads_generate(llm, expected):
     started, release = threading.Event(), threading.Event()
     execute = llm.model_runner.execute
 
-    def slow_execute(steps, sample):
+    def slow_execute(*args, **kwargs):
         started.set()
         release.wait(JOIN_S)
-        return execute(steps, sample)
+        return execute(*args, **kwargs)
 
     llm.model_runner.execute = slow_execute
     try:
@@ -153,10 +153,10 @@ def test_shutdown_from_another_thread_waits_for_generate_then_calls_say_shut_dow
     started, release = threading.Event(), threading.Event()
     execute = engine.model_runner.execute
 
-    def slow_execute(steps, sample):
+    def slow_execute(*args, **kwargs):
         started.set()
         release.wait(JOIN_S)
-        return execute(steps, sample)
+        return execute(*args, **kwargs)
 
     engine.model_runner.execute = slow_execute
     results = {}
