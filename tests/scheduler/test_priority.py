@@ -22,13 +22,14 @@ def run_mixed(policy: str):
         kvcache_block_size=BLOCK_SIZE, num_kvcache_blocks=6, num_decode_steps=4, scheduler__policy=policy
     ) as llm:
         preempted = []
-        preempt = llm.scheduler._preempt
+        lifecycle = llm.scheduler.lifecycle
+        preempt = lifecycle.preempt
 
         def spy(seq):
             preempted.append(names[seq.seq_id])
             preempt(seq)
 
-        llm.scheduler._preempt = spy
+        lifecycle.preempt = spy
         names, order = {}, []
         seqs = {}
         for name in ("low0", "low1"):

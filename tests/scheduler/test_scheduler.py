@@ -101,8 +101,9 @@ def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected, num_dec
 
 
 def test_outputs_come_back_in_input_order(reference, expected, monkeypatch):
-    fewer_steps = dataclasses.replace(reference.scheduler.config, num_decode_steps=2)
-    monkeypatch.setattr(reference.scheduler, "config", fewer_steps)  # rounds end between finishes
+    decode = reference.scheduler.decode
+    fewer_steps = dataclasses.replace(decode.config, num_decode_steps=2)
+    monkeypatch.setattr(decode, "config", fewer_steps)  # rounds end between finishes
     finish_order = []
     step = reference.step
 
