@@ -6,7 +6,7 @@ import pytest
 from nvllm import SamplingParams
 from nvllm.scheduler.admission import prefill_chunk
 from nvllm.scheduler.sequence import Sequence
-from tests.scheduler.test_scheduler import bare_scheduler, run_step
+from tests.helpers.scheduler_utils import bare_scheduler, run_step
 
 
 @pytest.mark.parametrize(
@@ -25,3 +25,17 @@ def test_admission_waits_when_one_token_of_budget_is_left():
         scheduler.add(seq)
     batch, _ = run_step(scheduler)
     assert batch.seqs == [first] and list(scheduler.waiting) == [second]  # 4 tokens, then 1 left: none taken
+
+
+def test_a_prompt_chunk_never_leaves_a_single_token_for_decode():
+    """Decode steps take a sequence's newest token from the device's token table, where only sampled tokens
+    are: the last prompt token must go to a prefill step, which samples."""
+    scheduler = bare_scheduler(num_blocks=8, max_num_batched_tokens=4)
+    seq = Sequence([1, 2, 3, 4, 5], SamplingParams(max_tokens=3))
+    scheduler.add(seq)
+    chunks = []
+    while seq.num_completion_tokens == 0:
+        batch, _ = run_step(scheduler)
+        assert batch.is_prefill
+        chunks.append(batch.num_new_tokens)
+    assert chunks == [[3], [2]]  # not 4 then 1

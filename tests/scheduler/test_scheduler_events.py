@@ -5,7 +5,7 @@ from nvllm import SamplingParams
 from nvllm.scheduler.events import EventKind
 from nvllm.scheduler.sequence import Sequence
 from tests.helpers.engine_utils import random_prompt, tiny_llm
-from tests.scheduler.test_scheduler import EOS, bare_scheduler, run_step
+from tests.helpers.scheduler_utils import EOS, bare_scheduler, run_step
 
 
 def kinds(scheduler):

@@ -4,7 +4,7 @@ back when a sequence is preempted or finishes."""
 from nvllm import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 from nvllm.scheduler.token_rows import TokenRows
-from tests.scheduler.test_scheduler import EOS, bare_scheduler, run_step
+from tests.helpers.scheduler_utils import EOS, bare_scheduler, run_step
 
 
 def test_a_sequence_and_its_forks_take_distinct_rows_and_give_them_back():
