@@ -33,10 +33,11 @@ from nvllm.runner.launched_batch import LaunchedBatch
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.runner.model_runner import DTYPES, ModelRunner
 from nvllm.runner.step_inputs import StepInputBuilder
-from nvllm.sampling.request_processing import request_processing
+from nvllm.sampling.request_processing import release_penalty_history, request_processing
 from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import MAX_SEED, SamplingParams
 from nvllm.scheduler.block_manager import BlockManager
+from nvllm.scheduler.events import EventKind
 from nvllm.scheduler.scheduler import ScheduledBatch, Scheduler
 from nvllm.scheduler.sequence import Sequence
 from nvllm.tokenizer.chat import chat_prompts
@@ -69,9 +70,7 @@ class LLMEngine:
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
         )
         self.profiler = make_profiler(config.profile, self.device)
-        self.scheduler = Scheduler(
-            config.scheduler, self.block_manager, config.model.eos_token_id, profiler=self.profiler
-        )
+        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
         self.profiler.watch(self.scheduler, self.block_manager)
         dtype = DTYPES[config.model.dtype]
         self.work = WorkCounter(ModelWork.of(config.model, dtype))
@@ -158,12 +157,12 @@ class LLMEngine:
                 "(scheduler.policy=priority) to serve requests by priority",
                 stacklevel=3,
             )
-        seq = Sequence(token_ids, params, priority)
         # sample i draws from seed + i (as vLLM does): reproducible, and distinct from the others
-        seq.forks = [
+        forks = [
             Sequence(token_ids, dataclasses.replace(params, n=1, seed=_fork_seed(params.seed, i)), priority)
             for i in range(1, params.n)
         ]
+        seq = Sequence(token_ids, params, priority, forks)
         for member in (seq, *seq.forks):
             if params.stop_strings:
                 attach_detokenizer(member, self.tokenizer)
@@ -202,6 +201,7 @@ class LLMEngine:
         current, self.in_flight = self.in_flight, None
         if current is None:
             batch = self.scheduler.schedule()
+            self._take_scheduler_events()
             profiler.lap("schedule")
             if not batch.seqs:
                 raise RuntimeError("scheduler found nothing to run although requests are pending")
@@ -215,6 +215,7 @@ class LLMEngine:
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
         finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
+        self._take_scheduler_events()
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
@@ -228,6 +229,17 @@ class LLMEngine:
             self.decode_seconds += elapsed
         profiler.step_finished(current.batch, num_tokens, finished)
         return finished
+
+    def _take_scheduler_events(self) -> None:
+        """Hand on what the scheduler did to requests: admissions and preemptions to the profiler's request
+        timelines; a sequence that stopped running gives back its device token history."""
+        for event in self.scheduler.take_events():
+            if event.kind is EventKind.SCHEDULED:
+                self.profiler.request_scheduled(event.seq)
+            elif event.kind is EventKind.PREEMPTED:
+                self.profiler.request_preempted(event.seq)
+            else:
+                release_penalty_history(event.seq)
 
     def launch(self, batch: ScheduledBatch) -> LaunchedBatch:
         """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
@@ -282,6 +294,7 @@ class LLMEngine:
         self.in_flight = None  # its work on the device ends before any later batch's begins
         self.scheduler.abort_all()
         self._step_failed = False
+        self._take_scheduler_events()
 
     def generate(
         self,
@@ -367,11 +380,11 @@ class LLMEngine:
                     "before generate or stream"
                 )
             if streaming:
-                self.scheduler.num_decode_steps = 1
+                self.scheduler.decode.num_decode_steps = 1
             try:
                 yield
             finally:
-                self.scheduler.num_decode_steps = self.config.scheduler.num_decode_steps
+                self.scheduler.decode.num_decode_steps = self.config.scheduler.num_decode_steps
 
     def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
         """The requests of a call as (token ids, params, priority), every one checked."""

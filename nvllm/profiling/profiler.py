@@ -2,8 +2,8 @@
 timelines; optionally a torch.profiler trace of some steps.
 
 The engine calls it at a few points of its loop (`lap` at the end of each stage, `launch_started` /
-`launch_finished` around a batch's launch, `step_finished`) and the scheduler at admissions and
-preemptions. With profiling off the engine holds a `NullProfiler`, whose methods do nothing.
+`launch_finished` around a batch's launch, `step_finished`), and hands it the scheduler's records of
+admissions and preemptions. With profiling off the engine holds a `NullProfiler`, whose methods do nothing.
 
 Device time is read without waiting for the device: CUDA events are recorded around a batch's launch
 and read once its tokens have reached the host (which they precede on the stream), so profiling adds no

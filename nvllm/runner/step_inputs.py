@@ -1,7 +1,7 @@
 """A scheduled batch as the flat tensors the model takes, padded so that compiled graphs see few shapes.
 
 Decode steps never take their tokens from the host: each sequence's newest token lives in the device's
-token table (one row per running sequence, `Scheduler.free_token_rows`), which the sampler writes after
+token table (one row per running sequence, the scheduler's `TokenRows`), which the sampler writes after
 every step and every decode step gathers from. A round's later steps, and a round launched while the one
 before it still runs, need nothing else.
 """

@@ -97,3 +97,9 @@ def _penalties(seqs: list[Sequence], rows: list[int], from_host: bool, vocab_siz
     for index, row in enumerate(rows):
         seqs[row].penalty_history = (penalties, index)
     return penalties
+
+
+def release_penalty_history(seq: Sequence) -> None:
+    """The sequence stopped running: its history is rebuilt from the host's tokens if it is admitted again,
+    and the batch tensors it points into are not kept alive by a finished sequence."""
+    seq.penalty_history = None

@@ -150,6 +150,7 @@ class BlockManager:
         child.block_table = shared + own
         child.num_registered_blocks = num_full  # the parent publishes them
         child.block_hashes = parent.block_hashes[:num_full]  # of the same prompt tokens
+        child.cached_len = parent.cached_len
         return (parent.block_table[num_full], own[0]) if own else None
 
     def num_new_blocks(self, seq: Sequence, num_steps: int = 1) -> int:
@@ -179,8 +180,10 @@ class BlockManager:
             block.hash, block.token_ids, block.ref_count = None, (), 1
             seq.block_table.append(block_id)
 
-    def register_computed_blocks(self, seq: Sequence) -> None:
-        """Publish blocks that just became full of computed KV, so later requests can hit them."""
+    def mark_computed(self, seq: Sequence, computed_len: int) -> None:
+        """The sequence's first `computed_len` tokens have their K/V in the cache now: publish blocks that
+        just became full of computed KV, so later requests can hit them."""
+        seq.computed_len = computed_len
         if not self.enable_prefix_caching:
             return
         num_full = seq.computed_len // self.block_size
@@ -196,6 +199,7 @@ class BlockManager:
         seq.num_registered_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
+        """Give the sequence's blocks back: none of its K/V is left (a preempted one is recomputed)."""
         # The tail is released first, so it is reused first and shared prefixes live longest.
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
@@ -203,4 +207,4 @@ class BlockManager:
             if block.ref_count == 0:
                 self.free_block_ids[block_id] = None
         seq.block_table = []
-        seq.num_registered_blocks = 0
+        seq.num_registered_blocks = seq.computed_len = 0

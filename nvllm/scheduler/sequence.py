@@ -21,38 +21,55 @@ class Sequence:
     - `device_len`: tokens the device has or will have once the launched rounds have run (the host's,
       plus the ones those rounds sample: their positions, KV slots and token limits are planned with them);
     - `computed_len`: leading tokens whose K/V finished steps wrote into the cache (cache hits included);
-    - `cached_len`: of those, the ones the prefix cache held at admission."""
+    - `cached_len`: of those, the ones the prefix cache held at admission.
+
+    Each field set after construction has one writer, named beside it (a test holds this): `BlockManager`
+    (where the KV is), `SequenceLifecycle` (status), `TokenRows`, `Postprocessor` (tokens back from the
+    device), the sampler's request processing and the engine's detokenizer."""
 
     _ids = itertools.count()
 
-    def __init__(self, token_ids: list[int], sampling_params: SamplingParams, priority: int = 0):
+    def __init__(
+        self,
+        token_ids: list[int],
+        sampling_params: SamplingParams,
+        priority: int = 0,
+        forks: list[Sequence] | None = None,
+    ):
         self.seq_id = next(Sequence._ids)  # also its arrival order
         self.priority = priority  # lower is served first under scheduler.policy=priority
-        self.status = SequenceStatus.WAITING
-        self.token_ids = list(token_ids)
+        self.status = SequenceStatus.WAITING  # written by SequenceLifecycle
+        self.token_ids = list(token_ids)  # appended to by Postprocessor
         self.num_prompt_tokens = len(token_ids)
-        self.computed_len = 0
-        self.cached_len = 0
-        self.num_in_flight_tokens = 0  # sampled by launched decode rounds, not yet read back
-        self.block_table: list[int] = []
-        self.num_registered_blocks = 0  # leading blocks already published to the prefix cache
-        self.block_hashes: list[int] = []  # chained hashes of its leading full blocks, as far as known
-        self.token_row: int | None = None  # its row of the device's token table while running
+        self.computed_len = 0  # written by BlockManager (allocate, mark_computed, free)
+        self.cached_len = 0  # written by BlockManager (allocate, fork)
+        # sampled by launched decode rounds, not yet read back; written by Postprocessor
+        self.num_in_flight_tokens = 0
+        self.block_table: list[int] = []  # written by BlockManager
+        self.num_registered_blocks = 0  # leading blocks already published to the prefix cache; BlockManager's
+        # chained hashes of its leading full blocks, as far as known; BlockManager's
+        self.block_hashes: list[int] = []
+        self.token_row: int | None = None  # its row of the device's token table while running; TokenRows'
         self.sampling_params = sampling_params
         self.generator: torch.Generator | None = None
         if sampling_params.seed is not None:
             self.generator = torch.Generator().manual_seed(sampling_params.seed)
         # the other samples of its prompt (`SamplingParams.n`) until its prompt is computed: they take their
-        # first tokens from its prefill and then run on their own, sharing its prompt's KV blocks
-        self.forks: list[Sequence] = []
-        self.finish_reason: str | None = None  # "stop" | "length"
-        self.stop_reason: str | int | None = None  # the stop string or stop token id
+        # first tokens from its prefill and then run on their own, sharing its prompt's KV blocks; emptied by
+        # Postprocessor when they start
+        self.forks: list[Sequence] = forks or []
+        # "stop" | "length", and the stop string or stop token id; written by Postprocessor
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        # log-probabilities of its output tokens where asked; appended to by Postprocessor
         self.logprobs: list[dict[int, float]] | None = [] if sampling_params.logprobs is not None else None
-        self.detokenizer = None  # an IncrementalDetokenizer where stop strings or streaming need the text
-        self.penalty_history = None  # (Penalties, row): its token history on the device, where penalised
+        # an IncrementalDetokenizer where stop strings or streaming need the text; the engine's outputs
+        self.detokenizer = None
+        # (Penalties, row): its token history on the device, where penalised; the sampler's request processing
+        self.penalty_history = None
         self.arrival_time = time.time()
-        self.first_token_time: float | None = None
-        self.finished_time: float | None = None
+        self.first_token_time: float | None = None  # written by Postprocessor
+        self.finished_time: float | None = None  # written by Postprocessor
 
     @property
     def host_len(self) -> int:

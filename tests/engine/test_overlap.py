@@ -5,9 +5,7 @@ import pytest
 
 from nvllm import SamplingParams
 from nvllm.scheduler.scheduler import ScheduledBatch
-from nvllm.scheduler.sequence import Sequence
 from tests.helpers.engine_utils import random_prompt, tiny_llm
-from tests.scheduler.test_scheduler import EOS, bare_scheduler, run_step
 
 PROMPTS = [random_prompt(length, seed=700 + i) for i, length in enumerate([9, 30, 4, 17, 12, 25])]
 
@@ -64,44 +62,3 @@ def test_overlapped_rounds_give_the_tokens_of_rounds_one_at_a_time(frequent_toke
     assert outputs[True] == outputs[False]
     stopped_early = [o for o, p in zip(outputs[True], mixed_params()) if len(o["token_ids"]) < p.max_tokens]
     assert any(o["token_ids"][-1] == frequent_token for o in stopped_early)  # EOS stops were exercised
-
-
-def test_next_round_drops_what_a_stop_in_the_round_in_flight_makes_useless():
-    scheduler = bare_scheduler(num_blocks=8, num_decode_steps=4)
-    stops = Sequence([1, 2], SamplingParams(max_tokens=10))
-    limited = Sequence([3, 4], SamplingParams(max_tokens=5))  # reaches max_tokens with the first round
-    for seq in (stops, limited):
-        scheduler.add(seq)
-    run_step(scheduler)  # prefill: one token each
-    first = scheduler.schedule()
-    scheduler.launched(first)
-    second = scheduler.schedule_next_round(first)
-    assert second.seqs == [stops] and second.num_new_tokens == [4]
-    scheduler.launched(second)
-    assert stops.device_len == 2 + 1 + 4 + 4 and stops.token_ids == [1, 2, 1]  # 8 tokens only on the device
-    assert scheduler.postprocess(first, [[5, EOS, 6, 6], [8, 8, 8, 8]]) == [stops, limited]
-    assert stops.completion_token_ids == [1, 5, EOS] and stops.num_in_flight_tokens == 0
-    assert limited.completion_token_ids == [1, 8, 8, 8, 8]
-    assert scheduler.block_manager.num_free_blocks == 8
-    assert scheduler.postprocess(second, [[7, 7, 7, 7]]) == []  # computed for nothing, dropped
-    assert stops.completion_token_ids == [1, 5, EOS] and scheduler.num_generated_tokens == 2 + 2 + 4
-
-
-def test_next_round_is_not_planned_when_the_host_must_decide_first():
-    scheduler = bare_scheduler(num_blocks=3, num_decode_steps=4, max_num_seqs=2)
-    running = Sequence([1, 2, 3], SamplingParams(max_tokens=30))
-    scheduler.add(running)
-    run_step(scheduler)  # 4 tokens: one full block
-    first = scheduler.schedule()
-    scheduler.launched(first)
-    scheduler.add(Sequence([5, 6], SamplingParams(max_tokens=4)))
-    assert scheduler.schedule_next_round(first) is None  # a prompt to admit: its prefill goes first
-    scheduler.waiting.clear()
-    second = scheduler.schedule_next_round(first)  # positions 7..10: a third block
-    assert second.num_new_tokens == [4] and len(running.block_table) == 3
-    scheduler.launched(second)
-    third = scheduler.schedule_next_round(second)  # shrunk to the free slots, as rounds one at a time are
-    assert third.num_new_tokens == [1]
-    scheduler.launched(third)
-    # position 12 needs a fourth block: preempting (or waiting for a stop to free one) needs the tokens
-    assert scheduler.schedule_next_round(third) is None

@@ -19,8 +19,9 @@ def make_seq(token_ids: list[int]) -> Sequence:
 
 def compute(manager: BlockManager, seq: Sequence, num_tokens: int | None = None) -> None:
     """What a step does to the cache bookkeeping: `num_tokens` more tokens (default: all) have KV."""
-    seq.computed_len += seq.num_uncomputed_tokens if num_tokens is None else num_tokens
-    manager.register_computed_blocks(seq)
+    manager.mark_computed(
+        seq, seq.computed_len + (seq.num_uncomputed_tokens if num_tokens is None else num_tokens)
+    )
 
 
 def hand_hash(parent: int, token_ids: list[int]) -> int:

@@ -84,6 +84,6 @@ def test_grouping_never_admits_a_lower_priority_before_a_higher_one():
             llm.add_request(prefix + random_prompt(3, 10 + i), PARAMS, priority=1)
         llm.step()  # the group's leader computes the prefix: the others are now a warm group
         urgent = llm.add_request(random_prompt(6, 40), PARAMS, priority=0)
-        order = llm.scheduler._admission_order()
+        order = llm.scheduler.admission.order()
         assert order[0] is urgent and len(order) == 6  # then the warm group, by arrival
         assert [seq.priority for seq in order[1:]] == [1] * 5

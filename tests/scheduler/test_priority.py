@@ -4,11 +4,9 @@ higher priority preempting running ones for blocks; `fcfs` as before."""
 import pytest
 
 from nvllm import SamplingParams
-from nvllm.config import SchedulerConfig
-from nvllm.scheduler.block_manager import BlockManager
-from nvllm.scheduler.scheduler import Scheduler
 from nvllm.scheduler.sequence import Sequence
 from tests.helpers.engine_utils import random_prompt, tiny_llm
+from tests.helpers.scheduler_utils import bare_scheduler
 
 BLOCK_SIZE = 16
 GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
@@ -22,13 +20,14 @@ def run_mixed(policy: str):
         kvcache_block_size=BLOCK_SIZE, num_kvcache_blocks=6, num_decode_steps=4, scheduler__policy=policy
     ) as llm:
         preempted = []
-        preempt = llm.scheduler._preempt
+        lifecycle = llm.scheduler.lifecycle
+        preempt = lifecycle.preempt
 
         def spy(seq):
             preempted.append(names[seq.seq_id])
             preempt(seq)
 
-        llm.scheduler._preempt = spy
+        lifecycle.preempt = spy
         names, order = {}, []
         seqs = {}
         for name in ("low0", "low1"):
@@ -61,10 +60,6 @@ def test_generate_takes_priorities_and_gives_the_same_outputs():
         assert llm.stats()["num_preemptions"] > 0
     with tiny_llm(kvcache_block_size=BLOCK_SIZE, num_kvcache_blocks=8) as llm:
         assert llm.generate(prompts, GREEDY, use_tqdm=False) == prioritised
-
-
-def bare_scheduler(num_blocks: int, policy: str) -> Scheduler:
-    return Scheduler(SchedulerConfig(policy=policy), BlockManager(num_blocks, 4), eos_token_id=7)
 
 
 def test_waiting_requests_are_admitted_by_priority_then_arrival():

@@ -7,9 +7,6 @@ import pytest
 
 from nvllm import SamplingParams
 from nvllm.config import SchedulerConfig
-from nvllm.scheduler.block_manager import BlockManager
-from nvllm.scheduler.scheduler import Scheduler
-from nvllm.scheduler.sequence import Sequence, SequenceStatus
 from tests.helpers.engine_utils import random_prompt, recorded_steps, tiny_llm
 
 BLOCK_SIZE = 4
@@ -101,8 +98,9 @@ def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected, num_dec
 
 
 def test_outputs_come_back_in_input_order(reference, expected, monkeypatch):
-    fewer_steps = dataclasses.replace(reference.scheduler.config, num_decode_steps=2)
-    monkeypatch.setattr(reference.scheduler, "config", fewer_steps)  # rounds end between finishes
+    decode = reference.scheduler.decode
+    fewer_steps = dataclasses.replace(decode.config, num_decode_steps=2)
+    monkeypatch.setattr(decode, "config", fewer_steps)  # rounds end between finishes
     finish_order = []
     step = reference.step
 
@@ -151,98 +149,11 @@ def test_chunking_preemption_and_prefix_hits_together(reference):
     assert stats["num_preemptions"] > 0 and stats["prefix_cache_hit_rate"] > 0
 
 
-# ---- the scheduler alone, on bookkeeping only -----------------------------------------------------------
-EOS = 7
-
-
-def bare_scheduler(num_blocks: int, **config) -> Scheduler:
-    return Scheduler(SchedulerConfig(**config), BlockManager(num_blocks, BLOCK_SIZE), eos_token_id=EOS)
-
-
-def run_step(scheduler: Scheduler, token_id: int = 1):
-    """One step (or decode round) in which every sampled token is `token_id`."""
-    batch = scheduler.schedule()
-    scheduler.launched(batch)
-    tokens_per_seq = 1 if batch.is_prefill else batch.num_steps
-    return batch, scheduler.postprocess(batch, [[token_id] * tokens_per_seq for _ in batch.sampled_seqs])
-
-
-def test_preemption_takes_the_newest_and_requeues_it_first():
-    scheduler = bare_scheduler(num_blocks=3)
-    old, new = (Sequence([1, 2, 3, 4], SamplingParams(max_tokens=10)) for _ in range(2))
-    waiting = Sequence([5], SamplingParams(max_tokens=10))
-    for seq in (old, new, waiting):
-        scheduler.add(seq)
-    batch, _ = run_step(scheduler)  # both prompts fill one block each; the third is left for `waiting`
-    assert batch.seqs == [old, new, waiting]
-    batch, _ = run_step(scheduler)  # old and new each need a second block: only one is free
-    assert batch.seqs == [old] and not batch.is_prefill
-    assert scheduler.num_preemptions == 2  # `waiting` first (newest), then `new`
-    assert list(scheduler.waiting) == [new, waiting]
-    assert new.status == waiting.status == SequenceStatus.WAITING
-    assert new.computed_len == 0 and new.block_table == [] and new.token_ids == [1, 2, 3, 4, 1]
-    assert scheduler.block_manager.num_free_blocks == 3 - len(old.block_table)
-
-
 def test_decode_rounds_match_single_steps(expected):
     with engine(num_kvcache_blocks=256, max_num_batched_tokens=512, num_decode_steps=1) as llm:
         with recorded_steps(llm) as steps:
             assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
     assert all(step.num_new_tokens == [1] * len(step.prompts) for step in steps if not step.is_prefill)
-
-
-def test_decode_round_stops_at_eos_and_max_tokens_and_discards_the_rest():
-    scheduler = bare_scheduler(num_blocks=8, num_decode_steps=4)
-    eos_mid_round = Sequence([1, 2], SamplingParams(max_tokens=10))
-    short = Sequence([3, 4], SamplingParams(max_tokens=3))
-    for seq in (eos_mid_round, short):
-        scheduler.add(seq)
-    run_step(scheduler)  # prefill: one token each
-    batch = scheduler.schedule()
-    assert not batch.is_prefill and batch.num_new_tokens == [4, 2]  # `short` has 2 tokens left
-    assert len(eos_mid_round.block_table) == 2  # KV for positions 2..5: blocks of 4
-    scheduler.launched(batch)
-    finished = scheduler.postprocess(batch, [[5, EOS, 6, 6], [8, 9, 9, 9]])
-    assert finished == [eos_mid_round, short]
-    assert eos_mid_round.completion_token_ids == [1, 5, EOS]
-    assert short.completion_token_ids == [1, 8, 9]
-    assert scheduler.num_generated_tokens == 2 + 2 + 2
-    assert scheduler.block_manager.num_free_blocks == 8
-
-
-def test_decode_round_shrinks_to_the_free_blocks():
-    scheduler = bare_scheduler(num_blocks=2, num_decode_steps=8)
-    seq = Sequence([1, 2, 3], SamplingParams(max_tokens=20))
-    scheduler.add(seq)
-    run_step(scheduler)  # 4 tokens: block 1 full
-    batch, _ = run_step(scheduler)  # positions 3..7 fit the two blocks: a round of 5, not 8
-    assert batch.num_new_tokens == [5] and seq.device_len == 9 and scheduler.num_preemptions == 0
-
-
-def test_eos_finishes_unless_ignored():
-    scheduler = bare_scheduler(num_blocks=8)
-    stops = Sequence([1, 2], SamplingParams(max_tokens=5))
-    ignores = Sequence([1, 2], SamplingParams(max_tokens=5, ignore_eos=True))
-    scheduler.add(stops)
-    scheduler.add(ignores)
-    _, finished = run_step(scheduler, token_id=EOS)
-    assert finished == [stops] and stops.completion_token_ids == [EOS]
-    assert scheduler.running == [ignores]
-    while not scheduler.is_finished():
-        run_step(scheduler, token_id=EOS)
-    assert ignores.completion_token_ids == [EOS] * 5
-    assert scheduler.block_manager.num_free_blocks == 8
-
-
-# 6 leaves no room for output: the engine refuses such a prompt, and the scheduler holds the limit too
-@pytest.mark.parametrize("prompt_len", [4, 5, 6])
-def test_max_model_len_stops_generation(prompt_len):
-    scheduler = bare_scheduler(num_blocks=8, max_model_len=6)
-    seq = Sequence(list(range(1, prompt_len + 1)), SamplingParams(max_tokens=50))
-    scheduler.add(seq)
-    while not scheduler.is_finished():
-        run_step(scheduler)
-    assert seq.host_len == 6 and seq.is_finished
 
 
 def test_no_sequence_grows_past_max_model_len(reference):
@@ -252,17 +163,3 @@ def test_no_sequence_grows_past_max_model_len(reference):
     params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
     outputs = reference.generate(prompts, params, use_tqdm=False)
     assert [len(o["token_ids"]) for o in outputs] == [1, 2, 5, 21]
-
-
-def test_a_prompt_chunk_never_leaves_a_single_token_for_decode():
-    """Decode steps take a sequence's newest token from the device's token table, where only sampled tokens
-    are: the last prompt token must go to a prefill step, which samples."""
-    scheduler = bare_scheduler(num_blocks=8, max_num_batched_tokens=4)
-    seq = Sequence([1, 2, 3, 4, 5], SamplingParams(max_tokens=3))
-    scheduler.add(seq)
-    chunks = []
-    while seq.num_completion_tokens == 0:
-        batch, _ = run_step(scheduler)
-        assert batch.is_prefill
-        chunks.append(batch.num_new_tokens)
-    assert chunks == [[3], [2]]  # not 4 then 1
