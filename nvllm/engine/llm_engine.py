@@ -22,16 +22,16 @@ from nvllm.engine.request_validation import (
     priorities,
     token_ids_of,
 )
+from nvllm.engine.step_builder import StepInputBuilder
 from nvllm.models import model_class
 from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
-from nvllm.runner.graph_runner import decode_capture_sizes
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.launched_batch import LaunchedBatch
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.runner.model_runner import DTYPES, ModelRunner
-from nvllm.runner.step_inputs import StepInputBuilder
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import MAX_SEED, SamplingParams
@@ -78,7 +78,7 @@ class LLMEngine:
             self.model_runner.backend,
             self.block_manager,
             config.scheduler.max_num_seqs,
-            decode_capture_sizes(config),
+            GraphPlan.of(config, type(self.model_runner.backend)),
         )
         timings = dict(self.model_runner.timings)
         self.sampler = Sampler(compiled=config.compile.enabled and self.device.startswith("cuda"))

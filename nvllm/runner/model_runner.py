@@ -18,7 +18,8 @@ from nvllm.models import model_class
 from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_weights, random_tensors
 from nvllm.runner.compile_cache import load_cache_artifacts
 from nvllm.runner.compiled_model import CompiledModel
-from nvllm.runner.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
+from nvllm.runner.graph_plan import GraphPlan
+from nvllm.runner.graph_runner import GraphRunner
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.scheduler.block_manager import blocks_for
@@ -69,6 +70,7 @@ class ModelRunner:
         self.backend = BACKENDS[config.attention.backend](
             config.cache.block_size, config.scheduler.max_model_len, config.attention.cascade
         )
+        self.graph_plan = GraphPlan.of(config, type(self.backend))
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
@@ -166,15 +168,14 @@ class ModelRunner:
             self.forward(dummy_step(self.backend, 2 * self.config.cache.block_size, 2))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if uses_cuda_graphs(self.config):
+        if self.graph_plan.has_graphs:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # capturing empties the allocator's cache: measure from an empty one
             reserved_before = torch.cuda.memory_reserved(self.device)
             self.graph_runner = GraphRunner(
                 self.compiled_model,
                 self.backend,
-                decode_capture_sizes(self.config),
-                prefill_buckets(self.config),
+                self.graph_plan,
                 self.device,
                 self.token_table,
                 self._attention_layers(self.model)[0].num_kv_heads,
