@@ -12,6 +12,7 @@ import torch
 
 from nvllm.attention.cascade import CascadePlan, plan_cascade
 from nvllm.attention.padding import padded_size
+from nvllm.attention.paging import blocks_for
 from nvllm.transfer import to_device
 
 
@@ -76,7 +77,7 @@ class AttentionBackend:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.cascade = cascade
-        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        self.max_blocks_per_seq = blocks_for(max_model_len, block_size)
         # one more (never read) column when a sequence fits one block: no graph of its own for width 1
         self.block_table_width = padded_size(self.max_blocks_per_seq)
 

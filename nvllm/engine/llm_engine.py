@@ -12,7 +12,9 @@ from collections.abc import Sequence as SequenceLike
 from tqdm.auto import tqdm
 
 from nvllm.attention.cascade import decode_kv_reads
-from nvllm.config import EngineConfig, resolve
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import resolve
+from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
 from nvllm.engine.request_validation import (
     Prompt,
@@ -28,10 +30,10 @@ from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
+from nvllm.runner.dtypes import DTYPES
 from nvllm.runner.graph_plan import GraphPlan
-from nvllm.runner.launched_batch import LaunchedBatch
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
-from nvllm.runner.model_runner import DTYPES, ModelRunner
+from nvllm.runner.model_runner import ModelRunner
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import MAX_SEED, SamplingParams

@@ -11,6 +11,7 @@ from typing import Protocol
 import torch
 
 from nvllm.attention import BACKENDS
+from nvllm.attention.paging import blocks_for
 from nvllm.config import EngineConfig
 from nvllm.distributed.group import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
 from nvllm.layers.attention import Attention
@@ -18,14 +19,12 @@ from nvllm.models import model_class
 from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_weights, random_tensors
 from nvllm.runner.compile_cache import load_cache_artifacts
 from nvllm.runner.compiled_model import CompiledModel
+from nvllm.runner.dtypes import DTYPES
 from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.graph_runner import GraphRunner
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
-from nvllm.scheduler.block_manager import blocks_for
 from nvllm.transfer import to_device
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 # A step's sampler: (logits, step of the round) -> one token per logits row, on the device
 Sample = Callable[[torch.Tensor, int], torch.Tensor]
