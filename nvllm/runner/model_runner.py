@@ -69,7 +69,6 @@ class ModelRunner:
         self.backend = BACKENDS[config.attention.backend](
             config.cache.block_size, config.scheduler.max_model_len, config.attention.cascade
         )
-        self.graph_plan = GraphPlan.of(config, type(self.backend))
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
@@ -167,14 +166,15 @@ class ModelRunner:
             self.forward(dummy_step(self.backend, 2 * self.config.cache.block_size, 2))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if self.graph_plan.has_graphs:
+        plan = GraphPlan.of(self.config, type(self.backend))
+        if plan.has_graphs:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # capturing empties the allocator's cache: measure from an empty one
             reserved_before = torch.cuda.memory_reserved(self.device)
             self.graph_runner = GraphRunner(
                 self.compiled_model,
                 self.backend,
-                self.graph_plan,
+                plan,
                 self.device,
                 self.token_table,
                 self._attention_layers(self.model)[0].num_kv_heads,
