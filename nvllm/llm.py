@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvllm.config import EngineConfig, engine_config
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import engine_config
 from nvllm.engine.llm_engine import LLMEngine
 
 

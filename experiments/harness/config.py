@@ -17,7 +17,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from nvllm.config import EngineConfig, engine_config_from_dict, to_dataclass
+from nvllm.config import EngineConfig, to_dataclass
+from nvllm.engine.config_resolution import engine_config_from_dict
 from nvllm.models.presets import PRESETS
 
 

@@ -22,6 +22,7 @@ import torch
 from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.attention.paging import blocks_for
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 16, 8, 128, 256
@@ -41,7 +42,7 @@ def random_cache() -> tuple[torch.Tensor, torch.Tensor]:
 
 def remainder_pass(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     for rows, longest in REMAINDERS:
-        width = -(-longest // BLOCK)
+        width = blocks_for(longest, BLOCK)
         query = torch.randn(rows, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         tables = torch.randperm(NUM_BLOCKS, device="cuda")[: rows * width].to(torch.int32).view(rows, width)
         seqlens = torch.randint(max(longest // 2, 1), longest + 1, (rows,), dtype=torch.int32, device="cuda")

@@ -18,6 +18,7 @@ import torch
 from flash_attn import flash_attn_with_kvcache
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.attention.paging import blocks_for
 from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
@@ -39,7 +40,7 @@ def main(batch_rows: tuple[int, ...]) -> None:
     for model, heads in QUERY_HEADS.items():
         for rows in batch_rows:
             for context in CONTEXTS:
-                width = -(-context // BLOCK)
+                width = blocks_for(context, BLOCK)
                 if rows * width > NUM_BLOCKS:
                     continue
                 query = torch.randn(rows, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16)

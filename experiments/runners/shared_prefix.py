@@ -14,19 +14,8 @@ from experiments.harness.job import job_run, prepare_job
 from experiments.harness.profiling import measured_repeat, save_profile
 from experiments.harness.repeats import measure_repeats
 from nvllm import LLM
-from nvllm.runner.model_runner import DTYPES
-
-
-def kv_bytes_per_token(llm: LLM) -> int:
-    """Bytes of K and V one token holds over every layer (all ranks together)."""
-    model = llm.config.model
-    return (
-        2
-        * model.num_hidden_layers
-        * model.num_key_value_heads
-        * model.head_dim
-        * DTYPES[model.dtype].itemsize
-    )
+from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.memory import kv_bytes_per_token
 
 
 def shared_prefix_metrics(llm: LLM, before: dict, after: dict) -> dict:
@@ -36,7 +25,7 @@ def shared_prefix_metrics(llm: LLM, before: dict, after: dict) -> dict:
         return after[key] - before[key]
 
     decode_tokens = max(delta("decode_tokens"), 1)
-    per_token = kv_bytes_per_token(llm)
+    per_token = kv_bytes_per_token(llm.config.model, DTYPES[llm.config.model.dtype])  # all ranks together
     return {
         "prefill_tokens_computed": delta("prefill_tokens"),
         "kv_bytes_per_decode_token": delta("decode_kv_tokens_read") * per_token / decode_tokens,

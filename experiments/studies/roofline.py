@@ -24,9 +24,9 @@ from omegaconf import OmegaConf
 from experiments.harness.config import workload_config
 from experiments.harness.workload import make_requests
 from nvllm.config import ModelConfig, to_dataclass
-from nvllm.profiling.utilization import DevicePeak, ModelWork, peak_of_name
+from nvllm.profiling.utilization import DevicePeak, ModelWork, decode_keys, peak_of_name, prefill_keys
 from nvllm.run import compose_config
-from nvllm.runner.model_runner import DTYPES
+from nvllm.runner.dtypes import DTYPES, resolved_dtype
 
 # (bandwidth, FLOP/s) shares: the peaks, and about what the best kernels measured on the H200 reach
 # (decode attention and small-batch matmuls streaming; large bf16 matmuls), per
@@ -53,19 +53,13 @@ def roofline(
     before it and itself."""
     prompts = np.array([n for n, _ in lengths], dtype=np.float64)
     outputs = np.array([o for _, o in lengths], dtype=np.int64)
-    prefill_flops = (
-        prompts.sum() * work.linear_flops_per_token
-        + (prompts * (prompts + 1) / 2).sum() * work.attention_flops_per_key
-        + len(lengths) * work.lm_head_flops_per_row
-    )
+    prefill_flops = work.flops(prompts.sum(), len(lengths), prefill_keys(0, prompts).sum())
     decode_s = 0.0
     for step in range(int(outputs.max()) - 1):  # decode step `step` makes output token step + 2
         live = outputs > step + 1
         rows = int(live.sum())
-        keys = float((prompts[live] + step + 1).sum())
-        flops = rows * (work.linear_flops_per_token + work.lm_head_flops_per_row)
-        flops += keys * work.attention_flops_per_key
-        num_bytes = work.weight_bytes_per_step + (keys + rows) * work.kv_bytes_per_token
+        keys = float(decode_keys(prompts[live] + step + 1, 1).sum())
+        flops, num_bytes = work.flops(rows, rows, keys), work.bytes(1, rows, keys)
         decode_s += max(num_bytes / bytes_per_s, flops / flops_per_s)
     return Bound(float(prefill_flops / flops_per_s), decode_s, int(outputs.sum()))
 
@@ -85,7 +79,7 @@ def main() -> None:
         )
     cfg = compose_config(overrides)
     model = to_dataclass(ModelConfig, OmegaConf.to_container(cfg.model, resolve=True))
-    work = ModelWork.of(model, DTYPES["bfloat16" if model.dtype == "auto" else model.dtype])  # auto on a GPU
+    work = ModelWork.of(model, DTYPES[resolved_dtype(model.dtype, on_cuda=True)])  # the bound is a GPU's
     prompts, params = make_requests(workload_config(cfg), model.vocab_size)
     lengths = [(len(prompt), p.max_tokens) for prompt, p in zip(prompts, params)]
     print(

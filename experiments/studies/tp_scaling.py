@@ -69,7 +69,8 @@ def read_results(directories: list[Path]) -> dict[tuple[str, int, str], dict]:
         for path in sorted(directory.rglob("results.json")):
             job = json.loads(path.read_text())
             config = job["config"]
-            experiment = config["runner"]["_target_"].removeprefix("experiments.runners.").removesuffix(".run")
+            target = config["runner"]["_target_"]
+            experiment = target.removeprefix("experiments.runners.").removesuffix(".run")
             key = (config["model"]["name"], config["parallel"]["tensor_parallel_size"], experiment)
             results[key] = job["metrics"]
     return results

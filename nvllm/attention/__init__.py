@@ -2,7 +2,13 @@
 from its kernels (the padding, the decode test, KV splits, block-table width, the block sizes it serves).
 The `torch.library` custom ops in `nvllm.ops` run underneath them."""
 
-from nvllm.attention.backend import AttentionBackend, AttentionMetadata, one_query_per_sequence
+from nvllm.attention.backend import (
+    AttentionBackend,
+    AttentionMetadata,
+    GraphSupport,
+    one_query_per_sequence,
+    padded_prefill_sizes,
+)
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.padding import padded_size
 from nvllm.attention.torch_backend import TorchBackend
@@ -27,8 +33,10 @@ __all__ = [
     "AttentionMetadata",
     "BACKENDS",
     "FlashAttnBackend",
+    "GraphSupport",
     "TorchBackend",
     "one_query_per_sequence",
+    "padded_prefill_sizes",
     "padded_size",
     "resolve_backend",
 ]

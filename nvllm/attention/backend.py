@@ -1,25 +1,41 @@
-"""What every attention backend shares: the metadata its ops take, the padding rule and the decode test."""
+"""What every attention backend shares: the metadata its ops take, the padding rule and the decode test, and
+what its CUDA graphs support."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from nvllm.attention.cascade import CascadePlan, plan_cascade
 from nvllm.attention.padding import padded_size
+from nvllm.attention.paging import blocks_for
 from nvllm.transfer import to_device
 
-if TYPE_CHECKING:
-    from nvllm.runner.step_inputs import StepInputs
+
+class GraphSupport(enum.Enum):
+    """What a backend's kernels allow inside a recorded CUDA graph."""
+
+    NEVER = "never"  # its attention waits for the host (reads sequence lengths there): no graphs
+    ALWAYS = "always"  # decode batches and prefill buckets alike: every length is read on the device
 
 
 def one_query_per_sequence(num_query_rows: int, num_seqs: int) -> bool:
     """The decode test: a batch with as many query rows as sequences holds one query per sequence, which a
     backend may serve with a decode kernel. Step inputs are padded so that no other batch looks so."""
     return num_query_rows == num_seqs
+
+
+def padded_prefill_sizes(num_tokens: int, num_seqs: int, longest_query: int) -> tuple[int, int]:
+    """A prefill step's (tokens, sequences) padded by the padding rule, and by one more padded token where
+    they would otherwise pass the decode test while a sequence has more than one query."""
+    num_tokens, num_seqs = padded_size(num_tokens), padded_size(num_seqs)
+    if one_query_per_sequence(num_tokens, num_seqs) and longest_query > 1:
+        num_tokens += 1
+    return num_tokens, num_seqs
 
 
 @dataclass
@@ -35,10 +51,23 @@ class AttentionMetadata:
     cascade: CascadePlan | None = None  # decode steps whose rows share prefixes (nvllm.attention.cascade)
 
 
+class MetadataSource(Protocol):
+    """The fields of a step's inputs that its attention metadata is made of (the runner's `StepInputs`)."""
+
+    slot_mapping: torch.Tensor
+    cu_seqlens_q: torch.Tensor
+    seqlens_k: torch.Tensor
+    block_tables: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    cascade: CascadePlan | None
+
+
 class AttentionBackend:
     """One backend's rules. `name` is what the custom ops dispatch on."""
 
     name: ClassVar[str]
+    graph_support: ClassVar[GraphSupport]
     requirement: ClassVar[str]  # what `can_run` needs, for the error when it cannot
     block_size_multiple: ClassVar[int] = 1  # the KV block sizes its kernels can page through
 
@@ -48,7 +77,7 @@ class AttentionBackend:
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.cascade = cascade
-        self.max_blocks_per_seq = -(-max_model_len // block_size)
+        self.max_blocks_per_seq = blocks_for(max_model_len, block_size)
         # one more (never read) column when a sequence fits one block: no graph of its own for width 1
         self.block_table_width = padded_size(self.max_blocks_per_seq)
 
@@ -79,7 +108,7 @@ class AttentionBackend:
             return None
         return plan_cascade(block_tables, step_seqlens_k, self.block_size, self.cascade)
 
-    def metadata(self, inputs: StepInputs, device: torch.device | str) -> AttentionMetadata:
+    def metadata(self, inputs: MetadataSource, device: torch.device | str) -> AttentionMetadata:
         """The step's attention metadata on `device` (inputs already there are used as they are)."""
         return AttentionMetadata(
             slot_mapping=to_device(inputs.slot_mapping, device),

@@ -65,6 +65,7 @@ def prefix_slots(num_rows: int) -> int:
 # and group sizes (experiments/results/2026-12-01-h200-startup-and-cascade-crossover.md): every cell that
 # saved this many tokens or more was faster by cascade.
 CASCADE_MIN_SAVED_TOKENS = 32512
+CASCADE_MODES = ("auto", "on", "off")  # attention.cascade's values, as cascade_pays reads them
 
 
 def cascade_pays(prefix_len: int, group_size: int, mode: str) -> bool:

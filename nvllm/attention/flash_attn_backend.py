@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from nvllm.attention.backend import AttentionBackend
+from nvllm.attention.backend import AttentionBackend, GraphSupport
 
 # A decode step's KV is cut into splits, each read by a program of its own (one per row, KV head and split),
 # until the step has about DECODE_PROGRAMS of them: a few rows alone would leave most of the GPU idle,
@@ -19,6 +19,7 @@ MAX_DECODE_KV_SPLITS = 32
 class FlashAttnBackend(AttentionBackend):
     name = "flash_attn"
     requirement = "CUDA and the flash-attn package"
+    graph_support = GraphSupport.ALWAYS
     block_size_multiple = 256  # paged flash-attn reads the KV cache in tiles of 256 tokens
 
     @classmethod

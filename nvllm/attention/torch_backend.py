@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from nvllm.attention.backend import AttentionBackend
+from nvllm.attention.backend import AttentionBackend, GraphSupport
 
 
 class TorchBackend(AttentionBackend):
     name = "torch"
     requirement = "nothing"
+    graph_support = GraphSupport.NEVER  # reads sequence lengths on the host

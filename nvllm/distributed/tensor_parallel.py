@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from nvllm.attention.paging import blocks_for
 from nvllm.config import EngineConfig
 from nvllm.distributed.group import destroy_tensor_parallel, tcp_store
 from nvllm.distributed.shm_channel import ShmBroadcast, ShmReader
@@ -45,7 +46,6 @@ from nvllm.runner.contract import Sample, runner_attributes
 from nvllm.runner.model_runner import ModelRunner
 from nvllm.runner.step_inputs import StepInputs
 from nvllm.sampling.sampler import SamplingBatch
-from nvllm.scheduler.block_manager import blocks_for
 
 SHUTDOWN = "shutdown"
 JOIN_TIMEOUT_S = 10.0

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from collections.abc import Sequence as SequenceLike
 
 from nvllm.attention.cascade import decode_kv_reads
-from nvllm.config import EngineConfig, resolve, validate
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import resolve, validate
+from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.progress import progress_bar
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
@@ -22,17 +24,17 @@ from nvllm.engine.request_validation import (
     priorities,
     token_ids_of,
 )
+from nvllm.engine.step_builder import StepInputBuilder
 from nvllm.models import model_class
 from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
 from nvllm.runner.contract import Runner
-from nvllm.runner.graph_runner import decode_capture_sizes
-from nvllm.runner.launched_batch import LaunchedBatch
+from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
-from nvllm.runner.model_runner import DTYPES, ModelRunner
-from nvllm.runner.step_inputs import StepInputBuilder
+from nvllm.runner.model_runner import ModelRunner
 from nvllm.sampling.request_processing import release_penalty_history, request_processing
 from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import MAX_SEED, SamplingParams
@@ -79,7 +81,7 @@ class LLMEngine:
             self.model_runner.backend,
             self.block_manager,
             config.scheduler.max_num_seqs,
-            decode_capture_sizes(config),
+            GraphPlan.of(config, type(self.model_runner.backend)),
         )
         if config.compile.enabled:
             save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)

@@ -1,21 +1,7 @@
 import torch
 from torch import nn
 
-from nvllm.ops.norm_ops import add_rms_norm
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype | None = None):
-    """RMSNorm over the last dimension in fp32, rounded to `dtype` (x's own by default)."""
-    normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * weight.float()).to(x.dtype if dtype is None else dtype)
-
-
-def add_rms_norm_reference(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(rms_norm(x + residual), x + residual)`: the sum in fp32, each result rounded once to x's dtype."""
-    summed = x.float() + residual.float()
-    return rms_norm(summed, weight, eps, x.dtype), summed.to(x.dtype)
+from nvllm.ops.norm_ops import add_rms_norm, add_rms_norm_reference, rms_norm
 
 
 class RMSNorm(nn.Module):

@@ -40,12 +40,6 @@ def inverse_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     return extrapolated / factor * ramp + extrapolated * (1 - ramp), attention_factor
 
 
-def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE in the rotate-half layout over the last dimension, in fp32, rounded to x's dtype."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
-
-
 class RotaryEmbedding(nn.Module):
     """Holds `cos_sin` `[max_positions, head_dim]`: each position's cos, then sin, of the rotary frequencies
     (`nvllm::qk_norm_rope_store` gathers and applies them)."""

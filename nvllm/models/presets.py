@@ -39,3 +39,9 @@ PRESETS: dict[str, ModelConfig] = {
     ),
 }
 DEFAULT_PRESET = "qwen3-0.6b"
+
+
+def model_preset(name: str) -> ModelConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model {name!r}: not a directory and not one of {sorted(PRESETS)}")
+    return PRESETS[name]

@@ -12,22 +12,10 @@ KV cache layout, per layer: `[num_blocks, block_size, num_kv_heads, head_dim]` f
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from nvllm.ops import torch_attention
-
-
-class PagedBatch(NamedTuple):
-    """What each sequence's queries attend to in the paged cache: `nvllm::attention`'s arguments as its
-    implementations take them."""
-
-    cu_seqlens_q: torch.Tensor
-    seqlens_k: torch.Tensor
-    block_tables: torch.Tensor
-    max_seqlen_q: int
-    max_seqlen_k: int
+from nvllm.ops.paged_batch import PagedBatch
 
 
 def _flash_attention_module():

@@ -15,7 +15,7 @@ from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
-from nvllm.ops.attention_ops import PagedBatch
+from nvllm.ops.paged_batch import PagedBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
 

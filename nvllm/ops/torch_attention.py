@@ -7,13 +7,13 @@ compute their softmax by hand, in fp32, for the log-sum-exp they return.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from nvllm.ops.attention_ops import PagedBatch
+from nvllm.attention.paging import blocks_for
+from nvllm.ops.norm_ops import rms_norm
+from nvllm.ops.paged_batch import PagedBatch
+from nvllm.ops.rope import rotate_half
 
 
 def qk_norm_rope_store(
@@ -30,10 +30,6 @@ def qk_norm_rope_store(
     slot_mapping,
 ) -> torch.Tensor:
     """`nvllm::qk_norm_rope_store` unfused: the per-head RMSNorm, RoPE, then the cache write."""
-    # the layers' own norm and RoPE; imported here, as nvllm.layers.norm imports this package's ops
-    from nvllm.layers.norm import rms_norm
-    from nvllm.layers.rotary import rotate_half
-
     head_dim = q_norm_weight.shape[0]
     heads = qkv.unflatten(-1, (-1, head_dim))
     query, key, value = heads.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
@@ -82,7 +78,7 @@ def _paged_kv(
     k_cache, v_cache, block_table: torch.Tensor, num_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `num_tokens` tokens' K and V `[tokens, kv_heads, head_dim]` through one block table."""
-    blocks = block_table[: -(-num_tokens // k_cache.shape[1])].long()
+    blocks = block_table[: blocks_for(num_tokens, k_cache.shape[1])].long()
     return k_cache[blocks].flatten(0, 1)[:num_tokens], v_cache[blocks].flatten(0, 1)[:num_tokens]
 
 

@@ -18,6 +18,7 @@ import torch
 
 from nvllm.config import ModelConfig
 from nvllm.models.weights import parameter_bytes
+from nvllm.runner.memory import kv_bytes_per_token
 
 if TYPE_CHECKING:
     from nvllm.scheduler.scheduler import ScheduledBatch
@@ -86,8 +87,34 @@ class ModelWork:
             lm_head_flops_per_row=2 * hidden * model.vocab_size,
             attention_flops_per_key=4 * layers * q_size,
             weight_bytes_per_step=sum(sizes[name] for name in read),
-            kv_bytes_per_token=2 * layers * kv_size * dtype.itemsize,
+            kv_bytes_per_token=kv_bytes_per_token(model, dtype),
         )
+
+    def flops(self, num_tokens: float, logits_rows: float, keys: float) -> float:
+        """FLOPs of model steps over `num_tokens` tokens, `logits_rows` rows of logits and `keys` (query,
+        context token) pairs of attention."""
+        return (
+            num_tokens * self.linear_flops_per_token
+            + logits_rows * self.lm_head_flops_per_row
+            + keys * self.attention_flops_per_key
+        )
+
+    def bytes(self, model_steps: float, num_tokens: float, keys_read: float) -> float:
+        """Bytes of `model_steps` steps: the weights read once each, the K/V of `keys_read` context tokens
+        read and of `num_tokens` new tokens written."""
+        return model_steps * self.weight_bytes_per_step + (keys_read + num_tokens) * self.kv_bytes_per_token
+
+
+def prefill_keys(computed: int, num_new: int) -> int:
+    """Attention's (query, key) pairs of a chunk of `num_new` tokens after `computed` ones: token p attends
+    to p + 1 keys, for p in computed..computed + num_new - 1."""
+    return num_new * computed + num_new * (num_new + 1) // 2
+
+
+def decode_keys(length: int, num_steps: int) -> int:
+    """Attention's (query, key) pairs of `num_steps` decode steps from a newest token at position
+    `length - 1`: step k attends to length + k keys."""
+    return num_steps * length + num_steps * (num_steps - 1) // 2
 
 
 @dataclass
@@ -111,29 +138,19 @@ class WorkCounter:
         model = self.model
         num_tokens = keys = keys_read = 0
         if batch.is_prefill:
-            # a chunk of n tokens after c computed ones: token p attends to p + 1 keys, c..c+n-1
             for seq, n in zip(batch.seqs, batch.num_new_tokens):
-                c = seq.computed_len
                 num_tokens += n
-                keys += n * c + n * (n + 1) // 2
-                keys_read += c + n
+                keys += prefill_keys(seq.computed_len, n)
+                keys_read += seq.computed_len + n
             rows, phase = len(batch.sampled_seqs), self.phases["prefill"]
-        else:
-            # n steps from a newest token at position L - 1: step k attends to L + k keys and reads them
+        else:  # each step reads the keys it attends to
             for seq, n in zip(batch.seqs, batch.num_new_tokens):
-                length = seq.device_len
                 num_tokens += n
-                keys += n * length + n * (n - 1) // 2
+                keys += decode_keys(seq.device_len, n)
             keys_read, rows, phase = keys, num_tokens, self.phases["decode"]
         steps = batch.num_steps
-        phase.flops += (
-            num_tokens * model.linear_flops_per_token
-            + rows * model.lm_head_flops_per_row
-            + keys * model.attention_flops_per_key
-        )
-        phase.bytes += (
-            steps * model.weight_bytes_per_step + (keys_read + num_tokens) * model.kv_bytes_per_token
-        )
+        phase.flops += model.flops(num_tokens, rows, keys)
+        phase.bytes += model.bytes(steps, num_tokens, keys_read)
         phase.model_steps += steps
 
     def stats(self) -> dict[str, int]:

@@ -14,14 +14,11 @@ import torch.nn.functional as F
 
 from nvllm.attention import AttentionBackend, AttentionMetadata
 from nvllm.attention.cascade import CascadePlan, empty_plan
-from nvllm.attention.padding import MIN_SIZE
-from nvllm.config import EngineConfig
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.step_inputs import StepInputs, dummy_step
 from nvllm.transfer import copy_from_host, to_device
 
-PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # token counts that get a prefill graph
-PREFILL_GRAPH_SEQS = 4  # sequences a prefill graph holds (the empty ones are padding)
 STATIC_INPUTS = (
     "input_ids",
     "token_rows",
@@ -50,34 +47,6 @@ CASCADE_INPUTS = (
     "prefix_lens",
     "remainder_block_tables",
 )
-
-
-def uses_cuda_graphs(config: EngineConfig) -> bool:
-    """Graphs need the compiled model on CUDA, and a backend that never waits for the host inside attention
-    (the torch reference reads sequence lengths on the host)."""
-    return (
-        config.compile.enabled
-        and config.device.startswith("cuda")
-        and config.attention.backend == "flash_attn"
-    )
-
-
-def decode_capture_sizes(config: EngineConfig) -> list[int]:
-    """Decode batch sizes that get a graph; a batch runs in the smallest one that holds it. Empty without
-    graphs. None below MIN_SIZE (see `nvllm.attention.padded_size`)."""
-    if not uses_cuda_graphs(config):
-        return []
-    largest = max(min(config.scheduler.max_num_seqs, config.compile.max_capture_batch_size), MIN_SIZE)
-    sizes = [2, 4, 8] + list(range(16, largest + 16, 16))
-    return sorted({min(size, largest) for size in sizes})
-
-
-def prefill_buckets(config: EngineConfig) -> list[int]:
-    """Token counts of the prefill graphs: none above `compile.max_prefill_graph_tokens` or the budget."""
-    if not (uses_cuda_graphs(config) and config.compile.compile_prefill):
-        return []
-    most = min(config.compile.max_prefill_graph_tokens, config.scheduler.max_num_batched_tokens)
-    return [tokens for tokens in PREFILL_BUCKETS if tokens <= most]
 
 
 def record(forward: Callable, args: tuple, pool, warm_up: bool) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
@@ -115,23 +84,23 @@ def warm_up_class(kind: str, num_rows: int, kv_splits: int) -> tuple:
 
 
 class GraphRunner:
-    """Owns the recorded graphs and their static input buffers: `can_replay(inputs)`, `replay(inputs)`."""
+    """Owns the recorded graphs (the `plan`'s) and their static input buffers: `can_replay(inputs)`,
+    `replay(inputs)`."""
 
     @torch.no_grad()  # as in ModelRunner.forward
     def __init__(
         self,
         forward: Callable,
         backend: AttentionBackend,
-        decode_sizes: list[int],
-        buckets: list[int],
+        plan: GraphPlan,
         device,
         token_table: torch.Tensor,
         num_kv_heads: int,
     ):
         """Decode graphs read each sequence's token from `token_table` themselves (see StepInputs);
         `num_kv_heads`: the KV heads of this rank's attention layers."""
-        self.backend, self.device = backend, device
-        self.decode_sizes, self.buckets = decode_sizes, buckets
+        self.backend, self.device, self.plan = backend, device, plan
+        decode_sizes, buckets, prefill_seqs = plan.decode_sizes, plan.prefill_buckets, plan.prefill_graph_seqs
         # Static buffers for the largest graph of each kind: views of their leading rows are each graph's
         # inputs. Decode's `cu_seqlens_q` (0, 1, ..., size) and `logits_indices` (0, ..., size - 1) are
         # prefixes of the largest batch's, never copied; prefill graphs are recorded with every sequence
@@ -149,7 +118,7 @@ class GraphRunner:
             plans = [empty_plan(size, backend.block_table_width, size) for size in decode_sizes]
             self.static["cascade"] = {name: enclosing(plans, name, device) for name in CASCADE_INPUTS}
         if buckets:
-            prefill = self._static_buffers(dummy_step(backend, buckets[-1], PREFILL_GRAPH_SEQS))
+            prefill = self._static_buffers(dummy_step(backend, buckets[-1], prefill_seqs))
             for name in ("cu_seqlens_q", "seqlens_k", "logits_indices"):
                 prefill[name].zero_()
             self.static["prefill"] = prefill
@@ -175,7 +144,7 @@ class GraphRunner:
             for kind in ("decode", "cascade") if cascade else ("decode",):
                 capture((kind, size), decode_forward, self._arguments(kind, size, size), size)
         for num_tokens in reversed(buckets):
-            args = self._arguments("prefill", num_tokens, PREFILL_GRAPH_SEQS)
+            args = self._arguments("prefill", num_tokens, prefill_seqs)
             capture(("prefill", num_tokens), forward, args, num_tokens)
         torch.cuda.synchronize()
 
@@ -200,7 +169,7 @@ class GraphRunner:
             cu_seqlens_q=static["cu_seqlens_q"][: num_seqs + 1],
             seqlens_k=static["seqlens_k"][:num_seqs],
             block_tables=static["block_tables"][:num_seqs],
-            max_seqlen_q=MIN_SIZE if kind == "decode" else num_tokens,  # upper bounds, as the builder's are
+            max_seqlen_q=self.plan.decode_max_seqlen_q if kind == "decode" else num_tokens,  # upper bounds
             max_seqlen_k=self.backend.max_model_len,
             cascade=cascade,
         )
@@ -213,13 +182,8 @@ class GraphRunner:
 
     def _key(self, inputs: StepInputs) -> tuple | None:
         if inputs.is_prefill:
-            fits = (
-                inputs.num_seqs <= PREFILL_GRAPH_SEQS
-                and inputs.num_logits <= PREFILL_GRAPH_SEQS  # more where a prompt's forks sample too
-                and self.buckets
-                and inputs.num_tokens <= self.buckets[-1]
-            )
-            return ("prefill", next(t for t in self.buckets if t >= inputs.num_tokens)) if fits else None
+            bucket = self.plan.prefill_bucket(inputs.num_tokens, inputs.num_seqs, inputs.num_logits)
+            return ("prefill", bucket) if bucket is not None else None
         kind = "decode" if inputs.cascade is None else "cascade"
         key = (kind, inputs.num_seqs)
         return key if key in self.graphs and inputs.input_ids is None else None
@@ -259,10 +223,11 @@ class GraphRunner:
 
     def _pad_prefill(self, inputs: StepInputs, num_tokens: int) -> dict[str, torch.Tensor]:
         """A prefill step's host tensors padded to a prefill graph's shapes: `num_tokens` tokens (padded ones
-        belong to no sequence and write no KV), `PREFILL_GRAPH_SEQS` sequences (empty ones) with block tables
-        of the static width, and as many logits rows (the padded ones read token 0)."""
+        belong to no sequence and write no KV), the plan's `prefill_graph_seqs` sequences (empty ones) with
+        block tables of the static width, and as many logits rows (the padded ones read token 0)."""
+        num_seqs = self.plan.prefill_graph_seqs
         tokens_short = num_tokens - inputs.num_tokens
-        seqs_short = PREFILL_GRAPH_SEQS - inputs.num_seqs
+        seqs_short = num_seqs - inputs.num_seqs
         block_tables = inputs.block_tables
         width = self.backend.block_table_width
         return {
@@ -272,5 +237,5 @@ class GraphRunner:
             "cu_seqlens_q": F.pad(inputs.cu_seqlens_q, (0, seqs_short), value=int(inputs.cu_seqlens_q[-1])),
             "seqlens_k": F.pad(inputs.seqlens_k, (0, seqs_short)),
             "block_tables": F.pad(block_tables, (0, width - block_tables.shape[1], 0, seqs_short)),
-            "logits_indices": F.pad(inputs.logits_indices, (0, PREFILL_GRAPH_SEQS - inputs.num_logits)),
+            "logits_indices": F.pad(inputs.logits_indices, (0, num_seqs - inputs.num_logits)),
         }

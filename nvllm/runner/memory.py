@@ -13,11 +13,17 @@ from nvllm.models.weights import parameter_bytes
 GIB = 2**30
 
 
+def kv_bytes_per_token(model: ModelConfig, dtype: torch.dtype, tensor_parallel_size: int = 1) -> int:
+    """Bytes of K and V that one token holds over every layer, on one of `tensor_parallel_size` ranks (its
+    share of the KV heads; 1: all ranks together)."""
+    kv_heads = model.num_key_value_heads // tensor_parallel_size
+    return 2 * model.num_hidden_layers * kv_heads * model.head_dim * dtype.itemsize
+
+
 def kv_bytes_per_block(config: EngineConfig, dtype: torch.dtype) -> int:
     """Bytes of K and V for one block of every layer, on one rank (its share of the KV heads)."""
-    model, tp = config.model, config.parallel.tensor_parallel_size
-    per_layer = 2 * config.cache.block_size * (model.num_key_value_heads // tp) * model.head_dim
-    return per_layer * model.num_hidden_layers * dtype.itemsize
+    per_token = kv_bytes_per_token(config.model, dtype, config.parallel.tensor_parallel_size)
+    return config.cache.block_size * per_token
 
 
 def cpu_kv_budget_bytes(config: EngineConfig) -> int:

@@ -11,6 +11,7 @@ from typing import Protocol
 import torch
 
 from nvllm.attention import BACKENDS
+from nvllm.attention.paging import blocks_for
 from nvllm.config import EngineConfig
 from nvllm.distributed.group import destroy_tensor_parallel, init_tensor_parallel, min_over_ranks
 from nvllm.layers.attention import Attention
@@ -19,14 +20,13 @@ from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_w
 from nvllm.runner.compile_cache import load_cache_artifacts
 from nvllm.runner.compiled_model import CompiledModel
 from nvllm.runner.contract import Sample
-from nvllm.runner.graph_runner import GraphRunner, decode_capture_sizes, prefill_buckets, uses_cuda_graphs
+from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.graph_plan import GraphPlan
+from nvllm.runner.graph_runner import GraphRunner
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.sampling.sampler import Sampler, SamplingBatch
-from nvllm.scheduler.block_manager import blocks_for
 from nvllm.transfer import to_device
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 class Broadcaster(Protocol):
@@ -169,15 +169,15 @@ class ModelRunner:
             self.forward(dummy_step(self.backend, 2 * self.config.cache.block_size, 2))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        if uses_cuda_graphs(self.config):
+        plan = GraphPlan.of(self.config, type(self.backend))
+        if plan.has_graphs:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # capturing empties the allocator's cache: measure from an empty one
             reserved_before = torch.cuda.memory_reserved(self.device)
             self.graph_runner = GraphRunner(
                 self.compiled_model,
                 self.backend,
-                decode_capture_sizes(self.config),
-                prefill_buckets(self.config),
+                plan,
                 self.device,
                 self.token_table,
                 self._attention_layers(self.model)[0].num_kv_heads,

@@ -62,6 +62,10 @@ class SamplingBatch:
     processing: RequestProcessing | None = None
 
 
+# `compile.sampler`: auto (compiled where the model is compiled on CUDA), on, off
+COMPILE_MODES = ("auto", "on", "off")
+
+
 class Sampler:
     """Greedy rows take the argmax; the others sample from softmax(logits / T), restricted by top-k/top-p.
 

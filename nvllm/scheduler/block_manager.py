@@ -6,12 +6,8 @@ from collections import OrderedDict
 import numpy as np
 import xxhash
 
+from nvllm.attention.paging import blocks_for
 from nvllm.scheduler.sequence import Sequence
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold `num_tokens` tokens."""
-    return -(-num_tokens // block_size)
 
 
 def chain_hash(parent_hash: int, token_ids: list[int] | np.ndarray) -> int:

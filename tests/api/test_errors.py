@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nvllm import LLM, SamplingParams
-from nvllm.config import engine_config
+from nvllm.engine.config_resolution import engine_config
 from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
 
 MAX_MODEL_LEN = 32

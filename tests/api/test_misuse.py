@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 from nvllm import SamplingParams
-from nvllm.config import engine_config
+from nvllm.engine.config_resolution import engine_config
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
 PROMPTS = [random_prompt(6, seed=720), random_prompt(4, seed=721)]

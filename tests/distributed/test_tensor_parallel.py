@@ -18,12 +18,12 @@ import torch.distributed as dist
 
 from experiments.harness.config import engine_config_from_run_config
 from nvllm import SamplingParams
+from nvllm.attention.paging import blocks_for
 from nvllm.config import EngineConfig, to_dataclass
 from nvllm.distributed.group import tp_size
 from nvllm.distributed.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
 from nvllm.run import compose_config
 from nvllm.runner.step_inputs import StepInputs
-from nvllm.scheduler.block_manager import blocks_for
 from tests.helpers import tp_exit_script
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 from tests.helpers.parallel_oracle import prefill_logits

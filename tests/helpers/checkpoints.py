@@ -10,7 +10,8 @@ from pathlib import Path
 from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerFast
 
-from nvllm.config import ModelConfig, model_preset
+from nvllm.config import ModelConfig
+from nvllm.models.presets import model_preset
 from nvllm.models.weights import random_tensors
 from nvllm.tokenizer.tokenizer import Tokenizer, load_tokenizer
 

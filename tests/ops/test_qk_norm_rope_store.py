@@ -7,7 +7,8 @@ import torch
 import nvllm.ops  # noqa: F401
 from nvllm.config import ModelConfig
 from nvllm.layers.norm import RMSNorm
-from nvllm.layers.rotary import RotaryEmbedding, rotate_half
+from nvllm.layers.rotary import RotaryEmbedding
+from nvllm.ops.rope import rotate_half
 
 EPS = 1e-6
 ROPE = {

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from nvllm import SamplingParams
-from nvllm.config import engine_config
+from nvllm.engine.config_resolution import engine_config
 from nvllm.profiling import NullProfiler, Profiler
 from nvllm.profiling.stages import HOST_STAGES
 from nvllm.profiling.torch_trace import STEP_RANGE

@@ -10,10 +10,13 @@ from nvllm.profiling.utilization import (
     DevicePeak,
     ModelWork,
     WorkCounter,
+    decode_keys,
     device_peak,
     peak_of_name,
+    prefill_keys,
     utilization_stats,
 )
+from nvllm.runner.memory import kv_bytes_per_token
 from nvllm.scheduler.scheduler import ScheduledBatch
 from nvllm.scheduler.sequence import Sequence
 from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
@@ -125,3 +128,18 @@ def test_the_engine_counts_the_work_it_ran():
     assert stats["decode_bytes"] == 4 * weights + (50 + 4) * 4_096
     assert (stats["prefill_model_steps"], stats["decode_model_steps"]) == (1, 4)
     assert stats["decode_mfu"] is None and stats["decode_mbu"] is None  # a CPU has no peak
+
+
+def test_attention_keys_of_a_prefill_chunk_and_of_decode_steps():
+    # a chunk of 3 tokens after 4 computed ones: positions 4, 5, 6 attend to 5 + 6 + 7 keys
+    assert prefill_keys(4, 3) == 18
+    assert prefill_keys(0, 1) == 1
+    # 3 steps from a newest token at position 9: 10 + 11 + 12 keys
+    assert decode_keys(10, 3) == 33
+    assert decode_keys(10, 1) == 10
+
+
+def test_kv_bytes_per_token_is_one_ranks_share_under_tensor_parallelism():
+    model = PRESETS["qwen3-0.6b"]  # 28 layers, 8 KV heads of 128
+    assert kv_bytes_per_token(model, torch.bfloat16) == 2 * 28 * 8 * 128 * 2
+    assert kv_bytes_per_token(model, torch.bfloat16, tensor_parallel_size=2) == 2 * 28 * 4 * 128 * 2

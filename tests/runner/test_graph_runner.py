@@ -10,6 +10,7 @@ import torch._dynamo.utils
 from nvllm import SamplingParams
 from nvllm.attention import FlashAttnBackend, TorchBackend, cascade
 from nvllm.runner import graph_runner
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.graph_runner import GraphRunner
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
@@ -80,9 +81,10 @@ def test_engine_on_recorded_graphs_gives_the_tokens_of_the_plain_engine(graphs_o
 
         expected = run_both()
         runner = llm.model_runner
-        llm.inputs.decode_batch_sizes = [2, 4, 8]  # decode batches now padded as for captured graphs
+        plan = GraphPlan(decode_sizes=(2, 4, 8), prefill_buckets=(16, 32))
+        llm.inputs.plan = plan  # decode batches now padded as for captured graphs
         runner.graph_runner = graphs = GraphRunner(
-            runner.model, runner.backend, [2, 4, 8], [16, 32], "cpu", runner.token_table, kv_heads(runner)
+            runner.model, runner.backend, plan, "cpu", runner.token_table, kv_heads(runner)
         )
         got = run_both()
         recorded = dict(graphs.graphs)
@@ -104,10 +106,10 @@ def test_cascade_steps_replay_graphs_of_their_own(graphs_on_the_host, monkeypatc
     with tiny_llm(kvcache_block_size=4, max_model_len=64, attention__cascade="on") as llm:
         expected = llm.generate(prompts, params, use_tqdm=False)
         runner = llm.model_runner
-        llm.inputs.decode_batch_sizes = [2, 4, 8]
+        llm.inputs.plan = plan = GraphPlan(decode_sizes=(2, 4, 8))
         backend = SplittingTorchBackend(runner.backend.block_size, runner.backend.max_model_len, "on")
         runner.graph_runner = graphs = GraphRunner(
-            runner.model, backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
+            runner.model, backend, plan, "cpu", runner.token_table, kv_heads(runner)
         )
         got = llm.generate(prompts, params, use_tqdm=False)
         replays = {key: graph.replays for key, graph in graphs.graphs.items()}  # before shutdown frees them
@@ -133,7 +135,12 @@ def test_cascade_graphs_of_every_chunking_run_the_one_compiled_cascade_graph(gra
         compiled = counters["stats"]["unique_graphs"]
         runner = llm.model_runner
         graphs = GraphRunner(
-            runner.compiled_model, runner.backend, [2, 4, 8], [], "cpu", runner.token_table, kv_heads(runner)
+            runner.compiled_model,
+            runner.backend,
+            GraphPlan(decode_sizes=(2, 4, 8)),
+            "cpu",
+            runner.token_table,
+            kv_heads(runner),
         )
         assert {key[:2] for key in graphs.graphs} >= {("cascade", 4), ("cascade", 8)}
         assert counters["stats"]["unique_graphs"] == compiled, "a graph's buffers made dynamo compile again"

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from nvllm.config import EngineConfig, resolve
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import resolve
 
 
 def resolved(sampler: str, enabled: bool | None, device: str = "cpu") -> EngineConfig:

@@ -5,8 +5,9 @@ import torch
 
 from nvllm import SamplingParams
 from nvllm.attention import TorchBackend
+from nvllm.engine.step_builder import StepInputBuilder
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.graph_runner import GraphRunner
-from nvllm.runner.step_inputs import StepInputBuilder
 from nvllm.scheduler.block_manager import BlockManager
 from nvllm.scheduler.scheduler import ScheduledBatch
 from nvllm.scheduler.sequence import Sequence
@@ -16,7 +17,10 @@ MAX_NUM_SEQS = 6  # token-table rows 0..5, and the scratch row 6
 
 def builder(decode_batch_sizes=(2, 4, 8)) -> StepInputBuilder:
     return StepInputBuilder(
-        TorchBackend(4, max_model_len=32), BlockManager(16, 4), MAX_NUM_SEQS, list(decode_batch_sizes)
+        TorchBackend(4, max_model_len=32),
+        BlockManager(16, 4),
+        MAX_NUM_SEQS,
+        GraphPlan(tuple(decode_batch_sizes)),
     )
 
 
@@ -74,6 +78,7 @@ def test_prefill_inputs_padded_to_a_prefill_graph():
     assert inputs.sampled_rows.tolist() == [1, 5]
     graphs = GraphRunner.__new__(GraphRunner)  # only its padding, no graphs
     graphs.backend = TorchBackend(4, max_model_len=32)
+    graphs.plan = GraphPlan((), (16,))
     padded = graphs._pad_prefill(inputs, num_tokens=16)
     assert padded["input_ids"].tolist() == [1, 2, 3, 4, 5, 10, 11] + [0] * 9
     assert padded["positions"].tolist() == [0, 1, 2, 3, 4, 4, 5] + [0] * 9

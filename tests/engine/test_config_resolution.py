@@ -1,0 +1,49 @@
+"""Validation reads each choice from the module that owns it, and `auto` settles by one rule each — against
+values written out by hand."""
+
+import dataclasses
+
+import pytest
+
+from nvllm.attention import BACKENDS, TorchBackend
+from nvllm.config import AttentionConfig, EngineConfig, ModelConfig, SchedulerConfig
+from nvllm.engine.config_resolution import resolve, validate
+from nvllm.runner.dtypes import resolved_dtype
+from nvllm.scheduler import policy
+
+
+def with_(**groups) -> EngineConfig:
+    return dataclasses.replace(EngineConfig(device="cpu"), **groups)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            with_(model=ModelConfig(dtype="int8")),
+            "model.dtype='int8' must be auto, bfloat16, float16 or float32",
+        ),
+        (with_(attention=AttentionConfig(backend="xformers")), "must be auto, flash_attn or torch"),
+        (
+            with_(attention=AttentionConfig(cascade="always")),
+            "attention.cascade='always' must be auto, on or off",
+        ),
+        (with_(scheduler=SchedulerConfig(policy="lifo")), "scheduler.policy='lifo' must be fcfs or priority"),
+    ],
+)
+def test_each_choice_is_listed_as_its_owner_declares_it(config, message):
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+def test_a_choice_its_owner_adds_is_valid_without_touching_the_config(monkeypatch):
+    monkeypatch.setitem(BACKENDS, "reference", TorchBackend)
+    monkeypatch.setitem(policy.RANKS, "lifo", lambda seq: -seq.seq_id)
+    validate(with_(attention=AttentionConfig(backend="reference"), scheduler=SchedulerConfig(policy="lifo")))
+
+
+def test_auto_dtype_is_bf16_on_cuda_and_fp32_on_the_cpu():
+    assert resolved_dtype("auto", on_cuda=True) == "bfloat16"
+    assert resolved_dtype("auto", on_cuda=False) == "float32"
+    assert resolved_dtype("float16", on_cuda=False) == "float16"
+    assert resolve(EngineConfig(device="cpu")).model.dtype == "float32"
