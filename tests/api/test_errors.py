@@ -59,7 +59,7 @@ def assert_still_serves(llm, expected):
         (None, 4, "a prompt must be a string or a list of token ids, got NoneType", TypeError),
         ("abc\ud800", 4, "is not valid Unicode text", ValueError),
         ([5, True], 4, r"token ids must be integers, got \[True\]", TypeError),
-        ("", 4, "empty prompt"),  # tokenizes to no tokens
+        ("", 4, "empty prompt", ValueError),  # tokenizes to no tokens
         ([], 4, "empty prompt", ValueError),
         ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary", ValueError),
         (
