@@ -286,8 +286,8 @@ class LLMEngine:
         """`generate`, yielding `(prompt index, delta)` as tokens reach the host: `delta.token_ids` and
         `delta.text` are the sample's (`delta.index`) new tokens and their text (never half a character, nor
         the start of a stop string that is cut: tokens wait with their text), `delta.finish_reason` is set on
-        its last one. The deltas of a
-        sample add up to its `generate` output. Leaving the loop early drops the remaining requests."""
+        its last one. The deltas of a sample add up to its `generate` output. Leaving the loop early drops the
+        remaining requests."""
         with self._exclusive(streaming=True):
             self.profiler.generate_started()
             requests = self._checked(prompts, sampling_params, priority)

@@ -105,7 +105,7 @@ def _all_python_ints(values: list) -> bool:
 def check_request(
     token_ids: list[int], params: SamplingParams, config: EngineConfig, block_manager: BlockManager
 ) -> None:
-    """Raise a ValueError for a request the engine could never serve."""
+    """Raise a TypeError or ValueError for a request the engine could never serve."""
     if not isinstance(params, SamplingParams):
         raise TypeError(f"expected SamplingParams, got {type(params).__name__}")
     params.validate()  # again: its fields may have been set after it was built
