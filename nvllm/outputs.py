@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# For each generated token, token id -> log-probability: the top-k of the model's distribution and the
-# sampled token
+# For each generated token, token id -> log-probability: the sampled token first, then the top-k of the
+# model's distribution by rank (vLLM's order)
 TokenLogprobs = dict[int, float]
 
 
@@ -21,6 +21,7 @@ class CompletionOutput:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     logprobs: list[TokenLogprobs] | None = None  # set when the request asked for `logprobs`
+    cumulative_logprob: float | None = None  # the sampled tokens' log-probabilities summed (with `logprobs`)
 
 
 @dataclass

@@ -40,7 +40,8 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None  # tokens that stop it (kept in the token ids), as EOS does
     include_stop_str_in_output: bool = False
     min_tokens: int = 0  # EOS and `stop_token_ids` cannot be sampled, nor `stop` match, before this many
-    logprobs: int | None = None  # per generated token: the top-k and the sampled token's log-probabilities
+    # per generated token: the sampled token's and the top-k log-probabilities (-1: the whole vocabulary)
+    logprobs: int | None = None
     presence_penalty: float = 0.0  # subtracted from the logits of tokens the output holds
     frequency_penalty: float = 0.0  # times the count of each token in the output, subtracted
     repetition_penalty: float = 1.0  # divides positive / multiplies negative logits of tokens seen so far
@@ -89,8 +90,8 @@ class SamplingParams:
         if not is_integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens!r} must be an integer in [0, max_tokens]")
         logprobs = self.logprobs
-        if logprobs is not None and (not is_integer(logprobs) or not 0 <= logprobs < INT64_LIMIT):
-            raise ValueError(f"logprobs={self.logprobs!r} must be None or an integer in [0, 2**63)")
+        if logprobs is not None and (not is_integer(logprobs) or not -1 <= logprobs < INT64_LIMIT):
+            raise ValueError(f"logprobs={logprobs!r} must be None, -1 (all) or an integer in [0, 2**63)")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
@@ -109,6 +110,10 @@ class SamplingParams:
         self.presence_penalty = float(self.presence_penalty)
         self.frequency_penalty = float(self.frequency_penalty)
         self.repetition_penalty = float(self.repetition_penalty)
+
+    def num_logprobs(self, vocab_size: int) -> int | None:
+        """How many top log-probabilities each generated token reports (None: no log-probabilities)."""
+        return vocab_size if self.logprobs == -1 else self.logprobs
 
     @property
     def is_greedy(self) -> bool:

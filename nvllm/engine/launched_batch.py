@@ -51,7 +51,8 @@ class LaunchedBatch:
 
     def sampled_logprobs(self) -> list[list[dict[int, float]]] | None:
         """For each of `batch.sampled_seqs` that asked for `logprobs=k` (others: empty), per step, token id ->
-        log-probability of its top k and of the sampled token. Call after `sampled_tokens`."""
+        log-probability of the sampled token first, then of its top k by rank (vLLM's order). Call after
+        `sampled_tokens`."""
         if self._logprobs is None:
             return None
         top_values, top_ids, sampled = (t[: self.num_sampled].tolist() for t in self._logprobs)
@@ -63,8 +64,9 @@ class LaunchedBatch:
                 continue
             steps = []
             for step, token in enumerate(tokens[row]):
-                entry = dict(zip(top_ids[row][step][:num_top], top_values[row][step][:num_top]))
-                entry[token] = sampled[row][step]
+                entry = {token: sampled[row][step]}
+                for top_id, value in zip(top_ids[row][step][:num_top], top_values[row][step][:num_top]):
+                    entry.setdefault(top_id, value)
                 steps.append(entry)
             result.append(steps)
         return result

@@ -130,15 +130,6 @@ class LLMEngine:
         """Reject a request the engine could never serve, or would serve at a cost above its caps, before
         it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
-        max_logprobs, vocab_size = self.config.scheduler.max_logprobs, self.config.model.vocab_size
-        if params.logprobs is not None and max_logprobs != -1:
-            # -1: the whole vocabulary
-            num_logprobs = vocab_size if params.logprobs == -1 else params.logprobs
-            if num_logprobs > max_logprobs:
-                raise ValueError(
-                    f"logprobs={params.logprobs} asks for more log-probabilities per token than "
-                    f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
-                )
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
         """Queue one request (`priority`: lower is served first under `scheduler.policy=priority`); its
@@ -279,7 +270,7 @@ class LLMEngine:
         if sampling.processing is None or sampling.processing.logprobs is None:
             launched = LaunchedBatch(batch, tokens, wait)
         else:
-            num_logprobs = [seq.sampling_params.logprobs for seq in seqs]
+            num_logprobs = [seq.sampling_params.num_logprobs(model.vocab_size) for seq in seqs]
             launched = LaunchedBatch(batch, tokens, wait, sampling.processing.logprobs, num_logprobs)
         profiler.lap("launch")
         return launched
@@ -300,15 +291,16 @@ class LLMEngine:
 
     def generate(
         self,
-        prompts: SequenceLike[Prompt],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams],
+        prompts: Prompt | SequenceLike[Prompt],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
         use_tqdm: bool = True,
-        priority: SequenceLike[int] | None = None,
+        priority: int | SequenceLike[int] | None = None,
     ) -> list[RequestOutput]:
-        """Generate for every prompt; one `RequestOutput` per prompt, in input order (`out["text"]`,
-        `out["token_ids"]`: its first sample's). `priority`: one int per prompt (lower first under
-        `scheduler.policy=priority`). All or nothing: every request is checked before any is queued. Calls
-        from several threads run one after another."""
+        """Generate for one prompt (a string, token ids, `{"prompt": ...}` or `{"prompt_token_ids": ...}`) or
+        a list of them; one `RequestOutput` per prompt, in input order (`out["text"]`, `out["token_ids"]`:
+        its first sample's). `sampling_params`: one for all (None: `SamplingParams()`) or one each.
+        `priority`: one int per prompt (lower first under `scheduler.policy=priority`). All or nothing:
+        every request is checked before any is queued. Calls from several threads run one after another."""
         with self._exclusive():
             self.profiler.generate_started()
             requests = self._checked(prompts, sampling_params, priority)
@@ -328,14 +320,15 @@ class LLMEngine:
 
     def stream(
         self,
-        prompts: SequenceLike[Prompt],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams],
-        priority: SequenceLike[int] | None = None,
+        prompts: Prompt | SequenceLike[Prompt],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
+        priority: int | SequenceLike[int] | None = None,
     ) -> Iterator[tuple[int, CompletionOutput]]:
         """`generate`, yielding `(prompt index, delta)` as tokens reach the host: `delta.token_ids` and
-        `delta.text` are the sample's (`delta.index`) new tokens and text (never half a character, nor the
-        start of a stop string that is cut), `delta.finish_reason` is set on its last one. The deltas of a
-        sample add up to its `generate` output. Leaving the loop early drops the remaining requests."""
+        `delta.text` are the sample's (`delta.index`) new tokens and their text (never half a character, nor
+        the start of a stop string that is cut: tokens wait with their text), `delta.finish_reason` is set on
+        its last one. The deltas of a sample add up to its `generate` output. Leaving the loop early drops the
+        remaining requests."""
         with self._exclusive(streaming=True):
             self.profiler.generate_started()
             requests = self._checked(prompts, sampling_params, priority)
@@ -360,7 +353,7 @@ class LLMEngine:
     def chat(
         self,
         messages: list[dict] | list[list[dict]],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams],
+        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
         use_tqdm: bool = True,
         chat_template_kwargs: dict | None = None,
     ) -> list[RequestOutput]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nvllm.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from nvllm.scheduler.sequence import Sequence
+from nvllm.scheduler.stops import STOP
 from nvllm.tokenizer.detokenizer import IncrementalDetokenizer, decode
 
 
@@ -15,11 +16,19 @@ def attach_detokenizer(seq: Sequence, tokenizer) -> None:
     )
 
 
+def _text_token_ids(seq: Sequence) -> list[int]:
+    """The completion tokens that make its text: all but a stop token (EOS or one of `stop_token_ids`)
+    that ended it, whose text vLLM leaves out whatever `include_stop_str_in_output` says."""
+    token_ids = seq.completion_token_ids
+    stopped_by_token = seq.finish_reason == STOP and not isinstance(seq.stop_reason, str)
+    return token_ids[:-1] if stopped_by_token else token_ids
+
+
 def _text(seq: Sequence, tokenizer) -> str:
     """The completion's text: the detokenizer's where one followed it (cut at a stop string), else decoded
     at once (the same text)."""
     if seq.detokenizer is None:
-        return decode(tokenizer, seq.completion_token_ids)
+        return decode(tokenizer, _text_token_ids(seq))
     _catch_up(seq)
     seq.detokenizer.finish()
     return seq.detokenizer.text
@@ -30,8 +39,17 @@ def _catch_up(seq: Sequence) -> None:
     scheduler does not decode)."""
     detokenizer = seq.detokenizer
     if detokenizer.stop_reason is None:
-        for token in seq.completion_token_ids[len(detokenizer.token_ids) :]:
+        for token in _text_token_ids(seq)[len(detokenizer.token_ids) :]:
             detokenizer.add(token, check_stop=False)
+
+
+def cumulative_logprob(seq: Sequence, num_tokens: int) -> float | None:
+    """The sum of the log-probabilities of the first `num_tokens` sampled tokens (None unless the request
+    asked for `logprobs`)."""
+    if seq.logprobs is None:
+        return None
+    tokens = seq.completion_token_ids[:num_tokens]
+    return sum(entry[token] for token, entry in zip(tokens, seq.logprobs))
 
 
 def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
@@ -46,6 +64,7 @@ def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
                 finish_reason=seq.finish_reason,
                 stop_reason=seq.stop_reason,
                 logprobs=seq.logprobs,
+                cumulative_logprob=cumulative_logprob(seq, seq.num_completion_tokens),
             )
             for index, seq in enumerate(samples)
         ],
@@ -67,8 +86,9 @@ class StreamCursor:
         self.done = False
 
     def delta(self) -> CompletionOutput | None:
-        """The sample's new tokens and text since the last delta (and its finish reason once it finished);
-        None when there is nothing new."""
+        """The sample's new tokens and the text of exactly those tokens since the last delta (a token whose
+        text is held back, as the start of a possible stop string or half a character, waits with it), and
+        its finish reason once it finished; None when there is nothing new."""
         seq = self.seq
         if self.done or (seq.num_completion_tokens == self.num_tokens and not seq.is_finished):
             return None
@@ -76,13 +96,17 @@ class StreamCursor:
         if seq.is_finished:
             seq.detokenizer.finish()
             self.done = True
-        tokens = seq.completion_token_ids[self.num_tokens :]
-        start, self.num_tokens = self.num_tokens, seq.num_completion_tokens
+        text = seq.detokenizer.new_text()
+        end = seq.num_completion_tokens if self.done else seq.detokenizer.num_streamed_tokens
+        if end == self.num_tokens and not self.done:
+            return None
+        start, self.num_tokens = self.num_tokens, end
         return CompletionOutput(
             index=self.index,
-            text=seq.detokenizer.new_text(),
-            token_ids=tokens,
+            text=text,
+            token_ids=seq.completion_token_ids[start:end],
             finish_reason=seq.finish_reason,
             stop_reason=seq.stop_reason,
-            logprobs=None if seq.logprobs is None else seq.logprobs[start : self.num_tokens],
+            logprobs=None if seq.logprobs is None else seq.logprobs[start:end],
+            cumulative_logprob=cumulative_logprob(seq, end),
         )

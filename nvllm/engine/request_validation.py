@@ -1,5 +1,6 @@
 """Requests as the engine takes them: prompts and sampling params normalised and checked before any is
-queued, so that bad input is a ValueError naming the problem and the engine stays as it was."""
+queued, so that bad input is a TypeError (an argument of the wrong type) or a ValueError naming the problem,
+and the engine stays as it was."""
 
 from __future__ import annotations
 
@@ -12,22 +13,28 @@ from nvllm.config import EngineConfig
 from nvllm.sampling_params import SamplingParams, is_integer
 from nvllm.scheduler.block_manager import BlockManager
 
-Prompt = str | list[int]
+# a text, token ids, or vLLM's prompt dicts: {"prompt": text} or {"prompt_token_ids": token ids}
+Prompt = str | list[int] | dict[str, Any]
+PROMPT_KEYS = ("prompt", "prompt_token_ids")
 
 
 def paired(prompts: Any, sampling_params: Any) -> list[tuple[Prompt, SamplingParams]]:
-    """`generate`'s arguments as (prompt, params) pairs: prompts as any iterable (a list, a generator, the
-    rows of an array), one SamplingParams for all or one each."""
-    if isinstance(prompts, str) or not isinstance(prompts, Iterable):
-        raise ValueError(f"prompts must be a list of strings or token-id lists, got {type(prompts).__name__}")
+    """`generate`'s arguments as (prompt, params) pairs: one prompt, or prompts as any iterable (a list, a
+    generator, the rows of an array); one SamplingParams for all (None: the default ones) or one each."""
+    if isinstance(prompts, (str, dict)):
+        prompts = [prompts]
+    elif not isinstance(prompts, Iterable):
+        raise TypeError(f"prompts must be a prompt or a list of them, got {type(prompts).__name__}")
     prompts = list(prompts)
     if prompts and is_integer(prompts[0]):
-        raise ValueError("prompts must be a list of strings or token-id lists, not one list of token ids")
+        prompts = [prompts]  # one prompt's token ids, as vLLM reads a flat list of ints
+    if sampling_params is None:
+        sampling_params = SamplingParams()
     if isinstance(sampling_params, SamplingParams):
         return [(prompt, sampling_params) for prompt in prompts]
     if isinstance(sampling_params, str) or not isinstance(sampling_params, Iterable):
         kind = type(sampling_params).__name__
-        raise ValueError(f"expected SamplingParams or a list of them, got {kind}")
+        raise TypeError(f"expected SamplingParams or a list of them, got {kind}")
     sampling_params = list(sampling_params)
     if len(sampling_params) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
@@ -36,16 +43,18 @@ def paired(prompts: Any, sampling_params: Any) -> list[tuple[Prompt, SamplingPar
 
 def check_priority(priority: Any) -> int:
     if not is_integer(priority):
-        raise ValueError(f"priority={priority!r} must be an integer (lower is served first)")
+        raise TypeError(f"priority={priority!r} must be an integer (lower is served first)")
     return int(priority)
 
 
 def priorities(priority: Any, num_requests: int) -> list[int]:
-    """`generate`'s `priority`: None (all 0) or one integer per prompt."""
+    """`generate`'s `priority`: None (all 0), one integer per prompt, or one integer for one prompt."""
     if priority is None:
         return [0] * num_requests
+    if is_integer(priority) and num_requests == 1:
+        priority = [priority]
     if isinstance(priority, str) or not isinstance(priority, Iterable):
-        raise ValueError(f"priority={priority!r} must be None or a list of one integer per prompt")
+        raise TypeError(f"priority={priority!r} must be None or a list of one integer per prompt")
     priority = list(priority)
     if len(priority) != num_requests:
         raise ValueError(f"{num_requests} prompts but {len(priority)} priorities")
@@ -53,8 +62,10 @@ def priorities(priority: Any, num_requests: int) -> list[int]:
 
 
 def token_ids_of(prompt: Any, tokenizer) -> list[int]:
-    """The prompt's token ids: a string tokenized, a sequence of ids (NumPy integers too) as Python ints;
-    other element types are left for `check_request` to name."""
+    """The prompt's token ids: a string tokenized, a sequence of ids (NumPy integers too) as Python ints,
+    a prompt dict's; other element types are left for `check_request` to name."""
+    if isinstance(prompt, dict):
+        prompt = _dict_prompt(prompt)
     if isinstance(prompt, str):
         try:
             prompt.encode("utf-8")  # what the tokenizer needs (a lone surrogate has no UTF-8)
@@ -66,13 +77,23 @@ def token_ids_of(prompt: Any, tokenizer) -> list[int]:
     num_dims = getattr(prompt, "ndim", 1)
     if not is_sized_sequence or isinstance(prompt, (bytes, bytearray)) or num_dims != 1:
         kind = type(prompt).__name__ + (f" with {num_dims} dimensions" if num_dims != 1 else "")
-        raise ValueError(f"a prompt must be a string or a list of token ids, got {kind}")
+        raise TypeError(f"a prompt must be a string or a list of token ids, got {kind}")
     if isinstance(prompt, np.ndarray) and prompt.dtype.kind in "iu":
         return prompt.tolist()  # Python ints, in one pass
     token_ids = list(prompt)
     if _all_python_ints(token_ids):
         return token_ids
     return [int(t) if is_integer(t) else t for t in token_ids]
+
+
+def _dict_prompt(prompt: dict) -> Any:
+    """What a prompt dict holds: its `prompt_token_ids`, else its `prompt` text."""
+    unknown = sorted(set(prompt) - set(PROMPT_KEYS))
+    if unknown or not any(key in prompt for key in PROMPT_KEYS):
+        raise ValueError(
+            f"a prompt dict needs 'prompt' or 'prompt_token_ids' and nothing else, got keys {sorted(prompt)}"
+        )
+    return prompt["prompt_token_ids"] if "prompt_token_ids" in prompt else prompt["prompt"]
 
 
 def _all_python_ints(values: list) -> bool:
@@ -84,15 +105,15 @@ def _all_python_ints(values: list) -> bool:
 def check_request(
     token_ids: list[int], params: SamplingParams, config: EngineConfig, block_manager: BlockManager
 ) -> None:
-    """Raise a ValueError for a request the engine could never serve."""
+    """Raise a TypeError or ValueError for a request the engine could never serve."""
     if not isinstance(params, SamplingParams):
-        raise ValueError(f"expected SamplingParams, got {type(params).__name__}")
+        raise TypeError(f"expected SamplingParams, got {type(params).__name__}")
     params.validate()  # again: its fields may have been set after it was built
     if not token_ids:
         raise ValueError("empty prompt: a request needs at least one token")
     not_integers = [] if _all_python_ints(token_ids) else [t for t in token_ids if not is_integer(t)]
     if not_integers:
-        raise ValueError(f"token ids must be integers, got {not_integers[:5]}")
+        raise TypeError(f"token ids must be integers, got {not_integers[:5]}")
     vocab_size = config.model.vocab_size
     if min(token_ids) < 0 or max(token_ids) >= vocab_size:
         outside = [t for t in token_ids if not 0 <= t < vocab_size]
@@ -102,6 +123,12 @@ def check_request(
         raise ValueError(f"stop_token_ids {bad_stops[:5]} outside the vocabulary [0, {vocab_size})")
     if params.logprobs is not None and params.logprobs > vocab_size:
         raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {vocab_size}")
+    max_logprobs = config.scheduler.max_logprobs
+    if params.logprobs is not None and max_logprobs != -1 and params.num_logprobs(vocab_size) > max_logprobs:
+        raise ValueError(
+            f"logprobs={params.logprobs} asks for more log-probabilities per token than "
+            f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
+        )
     if params.n > config.scheduler.max_num_seqs:
         raise ValueError(
             f"n={params.n} samples run at once, beyond scheduler.max_num_seqs={config.scheduler.max_num_seqs}"

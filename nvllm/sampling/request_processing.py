@@ -25,7 +25,7 @@ def request_processing(
         return None
     penalised = [row for row, p in enumerate(params) if p.has_penalties]
     min_tokens = _min_tokens(seqs, eos_token_id, vocab_size, device)
-    num_top = [p.logprobs for p in params if p.logprobs is not None]
+    num_top = [p.num_logprobs(vocab_size) for p in params if p.logprobs is not None]
     if not penalised and min_tokens is None and not num_top:
         return None
     penalties = _penalties(seqs, penalised, num_steps is None, vocab_size, device) if penalised else None

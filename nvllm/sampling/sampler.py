@@ -159,7 +159,9 @@ class Sampler:
     def _filter_top_k_top_p(scores: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         vocab_size = scores.shape[1]
         top_k = torch.where(batch.top_k > 0, batch.top_k, vocab_size)
-        sorted_scores, order = scores.sort(dim=-1, descending=True)
+        # stable: of tied scores the lowest token id ranks first, so that a filter leaving one token (top_k=1,
+        # a small top_p) keeps the one greedy's argmax takes
+        sorted_scores, order = scores.sort(dim=-1, descending=True, stable=True)
         ranks = torch.arange(vocab_size, device=scores.device).unsqueeze(0)
         sorted_probs = sorted_scores.softmax(-1)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs  # keeps the first token that crosses top_p

@@ -23,7 +23,8 @@ class StopChecker:
     def take(self, seq: Sequence, new_tokens: list[int]) -> tuple[int, tuple[str, str | int | None] | None]:
         """How many of `new_tokens`, sampled after the sequence's host tokens, it takes (up to and including
         the first that stops it), and the stop: (finish reason, stop reason), or None. A stop token or string
-        counts once the output has `min_tokens` tokens (the sampler never draws a stop token before)."""
+        counts once the output has `min_tokens` tokens before it (the sampler never draws a stop token
+        before)."""
         stop_at = self.tokens_left(seq, seq.host_len)  # 0 at max_model_len: the token it got would pass it
         if stop_at <= 0:
             return 0, (LENGTH, None)
@@ -45,16 +46,10 @@ class StopChecker:
         stop_ids = params.stop_token_ids or ()
         detokenizer = seq.detokenizer if params.stop_strings else None
         for index, token in enumerate(tokens):
-            num_output = seq.num_completion_tokens + index  # before this token
-            may_stop = num_output >= params.min_tokens
-            stop_token = may_stop and (
-                token == self.eos_token_id and not params.ignore_eos or token in stop_ids
-            )
-            # the text of a stop token is part of the output, as it is without stop strings
-            if detokenizer is not None and detokenizer.add(
-                token, not stop_token and num_output + 1 >= params.min_tokens
-            ):
+            # vLLM's rule for stop tokens and strings alike: only a token past the first `min_tokens` stops
+            may_stop = seq.num_completion_tokens + index >= params.min_tokens
+            if may_stop and (token == self.eos_token_id and not params.ignore_eos or token in stop_ids):
+                return index, token if token in stop_ids else None  # its text is not the output's
+            if detokenizer is not None and detokenizer.add(token, may_stop):
                 return index, detokenizer.stop_reason
-            if stop_token:
-                return index, token if token in stop_ids else None
         return None

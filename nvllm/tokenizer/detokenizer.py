@@ -8,6 +8,7 @@ text equals `tokenizer.decode` of all the tokens (`finish` releases what is stil
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def decode(tokenizer: Tokenizer, token_ids: list[int]) -> str:
 
 class IncrementalDetokenizer:
     """The text of `token_ids` as they are `add`ed, and the stop strings found in it. `text` is cut before the
-    first stop string (after it with `include_stop`); `stop_reason` is then that string."""
+    stop string that ends first (after it with `include_stop`); `stop_reason` is then that string."""
 
     def __init__(self, tokenizer: Tokenizer, stop_strings: list[str] = (), include_stop: bool = False):
         self.tokenizer = tokenizer
@@ -36,7 +37,10 @@ class IncrementalDetokenizer:
         self.stop_reason: str | None = None
         # streaming holds back this many characters: they could start a stop string that would be cut
         self.held_back = 0 if include_stop or not stop_strings else max(map(len, stop_strings)) - 1
-        self.num_streamed = 0  # characters of `text` handed out by `new_text`
+        self.num_streamed = self.num_streamed_tokens = 0  # characters of `text` and tokens `new_text` gave
+        # (tokens, characters of `text`) where a token's text ends: streaming hands text out at these only,
+        # so that a delta's text is that of its tokens
+        self.token_ends: deque[tuple[int, int]] = deque()
 
     def add(self, token_id: int, check_stop: bool = True) -> bool:
         """Append one token; True when it completed a stop string (`check_stop`: look for one in the text
@@ -49,18 +53,20 @@ class IncrementalDetokenizer:
         start = len(self.text)
         self.text += window[len(window_start) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
+        self.token_ends.append((len(self.token_ids), len(self.text)))
         return check_stop and self._find_stop(start)
 
     def _find_stop(self, new_from: int) -> bool:
-        """Cut `text` at the first stop string that ends in its characters from `new_from` on."""
+        """Cut `text` at the stop string that ends first in its characters from `new_from` on (as vLLM does;
+        of two ending together, the one that starts first)."""
         found = None
         for stop in self.stop_strings:
             position = self.text.find(stop, max(0, new_from - len(stop) + 1))
-            if position >= 0 and (found is None or position < found[0]):
-                found = (position, stop)
+            if position >= 0 and (found is None or (position + len(stop), position) < found[0]):
+                found = ((position + len(stop), position), stop)
         if found is None:
             return False
-        position, self.stop_reason = found
+        (_, position), self.stop_reason = found
         self.text = self.text[: position + len(self.stop_reason) if self.include_stop else position]
         self.held_back = 0
         return True
@@ -73,9 +79,13 @@ class IncrementalDetokenizer:
             self.text += decode(self.tokenizer, self.token_ids[self.prefix_offset :])[len(window_start) :]
             self.read_offset = len(self.token_ids)
         self.held_back = 0
+        self.token_ends = deque([(len(self.token_ids), len(self.text))])  # the rest goes out at once
 
     def new_text(self) -> str:
-        """The text not handed out before, less what is held back."""
-        end = max(self.num_streamed, len(self.text) - self.held_back)
+        """The text not handed out before, up to the end of a token's text and less what is held back
+        (`num_streamed_tokens`: the tokens whose text has then been handed out)."""
+        end = self.num_streamed
+        while self.token_ends and self.token_ends[0][1] <= len(self.text) - self.held_back:
+            self.num_streamed_tokens, end = self.token_ends.popleft()
         delta, self.num_streamed = self.text[self.num_streamed : end], end
         return delta

@@ -1,5 +1,5 @@
-"""Bad input fails with a ValueError that names the problem, and leaves the engine as it was: idle, every
-block free, and the next generate right."""
+"""Bad input fails with a TypeError (a wrong type) or a ValueError that names the problem, and leaves the
+engine as it was: idle, every block free, and the next generate right."""
 
 import threading
 
@@ -46,27 +46,42 @@ def assert_still_serves(llm, expected):
 
 
 @pytest.mark.parametrize(
-    "prompt, max_tokens, message",
+    "prompt, max_tokens, message, error",
     [
-        (random_prompt(MAX_MODEL_LEN + 1, seed=302), 4, "33 tokens leaves no room for output .*=32"),
+        (
+            random_prompt(MAX_MODEL_LEN + 1, seed=302),
+            4,
+            "33 tokens leaves no room for output .*=32",
+            ValueError,
+        ),
         # prompt + output hold at most max_model_len tokens: a full-length prompt has no room for one more
-        (random_prompt(MAX_MODEL_LEN, seed=305), 4, "32 tokens leaves no room for output .*=32"),
-        (None, 4, "a prompt must be a string or a list of token ids, got NoneType"),
-        ("abc\ud800", 4, "is not valid Unicode text"),
-        ([5, True], 4, r"token ids must be integers, got \[True\]"),
-        ("", 4, "empty prompt"),  # tokenizes to no tokens
-        ([], 4, "empty prompt"),
-        ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary"),
-        ([5, TINY_VOCAB_SIZE], 4, rf"\[{TINY_VOCAB_SIZE}\] outside the vocabulary \[0, {TINY_VOCAB_SIZE}\)"),
-        ([5, 6.0], 4, r"token ids must be integers, got \[6.0\]"),
-        (torch.tensor([5, 6]), 4, r"token ids must be integers, got \[tensor\(5\), tensor\(6\)\]"),
-        (b"abc", 4, "a prompt must be a string or a list of token ids, got bytes"),
-        (iter([5, 6]), 4, "a prompt must be a string or a list of token ids, got list_iterator"),
-        (np.array(5), 4, "a prompt must be a string or a list of token ids, got ndarray with 0 dimensions"),
-        (np.array([[5, 6]]), 4, "got ndarray with 2 dimensions"),
-        (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7"),
+        (random_prompt(MAX_MODEL_LEN, seed=305), 4, "32 tokens leaves no room for output .*=32", ValueError),
+        (None, 4, "a prompt must be a string or a list of token ids, got NoneType", TypeError),
+        ("abc\ud800", 4, "is not valid Unicode text", ValueError),
+        ([5, True], 4, r"token ids must be integers, got \[True\]", TypeError),
+        ("", 4, "empty prompt", ValueError),  # tokenizes to no tokens
+        ([], 4, "empty prompt", ValueError),
+        ([5, -1, 6], 4, r"token id\(s\) \[-1\] outside the vocabulary", ValueError),
+        (
+            [5, TINY_VOCAB_SIZE],
+            4,
+            rf"\[{TINY_VOCAB_SIZE}\] outside the vocabulary \[0, {TINY_VOCAB_SIZE}\)",
+            ValueError,
+        ),
+        ([5, 6.0], 4, r"token ids must be integers, got \[6.0\]", TypeError),
+        (torch.tensor([5, 6]), 4, r"token ids must be integers, got \[tensor\(5\), tensor\(6\)\]", TypeError),
+        (b"abc", 4, "a prompt must be a string or a list of token ids, got bytes", TypeError),
+        (iter([5, 6]), 4, "a prompt must be a string or a list of token ids, got list_iterator", TypeError),
+        (
+            np.array(5),
+            4,
+            "a prompt must be a string or a list of token ids, got ndarray with 0 dimensions",
+            TypeError,
+        ),
+        (np.array([[5, 6]]), 4, "got ndarray with 2 dimensions", TypeError),
+        (random_prompt(20, seed=303), 12, "needs 8 KV blocks but the cache has 7", ValueError),
         # an np.int32 that a prompt's length would overflow: max_tokens is held as a Python int
-        (random_prompt(20, seed=303), np.int32(2**31 - 1), "up to 32 tokens needs 8 KV blocks"),
+        (random_prompt(20, seed=303), np.int32(2**31 - 1), "up to 32 tokens needs 8 KV blocks", ValueError),
     ],
     ids=[
         "too-long",
@@ -88,9 +103,9 @@ def assert_still_serves(llm, expected):
         "int32-max-tokens",
     ],
 )
-def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message):
+def test_bad_request_is_rejected_before_anything_runs(llm, expected, prompt, max_tokens, message, error):
     prefill_before = llm.num_prefill_tokens
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         # the good prompt first: nothing may be queued or run until every request is checked
         llm.generate(
             [GOOD_PROMPTS[0], prompt], SamplingParams(temperature=0, max_tokens=max_tokens), use_tqdm=False
@@ -192,11 +207,11 @@ def test_threads_sharing_an_engine_each_get_their_own_outputs(llm, expected):
 def test_prompts_and_sampling_params_of_different_lengths(llm, expected):
     with pytest.raises(ValueError, match="2 prompts but 3 sampling params"):
         llm.generate(GOOD_PROMPTS, [GREEDY] * 3, use_tqdm=False)
-    with pytest.raises(ValueError, match="expected SamplingParams, got dict"):
+    with pytest.raises(TypeError, match="expected SamplingParams, got dict"):
         llm.generate(GOOD_PROMPTS, [GREEDY, {"temperature": 0}], use_tqdm=False)
-    with pytest.raises(ValueError, match="expected SamplingParams or a list of them, got NoneType"):
-        llm.generate(GOOD_PROMPTS, None, use_tqdm=False)
-    with pytest.raises(ValueError, match="prompts must be a list of strings or token-id lists, got NoneType"):
+    with pytest.raises(TypeError, match="expected SamplingParams or a list of them, got int"):
+        llm.generate(GOOD_PROMPTS, 0, use_tqdm=False)
+    with pytest.raises(TypeError, match="prompts must be a prompt or a list of them, got NoneType"):
         llm.generate(None, GREEDY, use_tqdm=False)
     assert_still_serves(llm, expected)
 

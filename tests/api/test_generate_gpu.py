@@ -1,6 +1,5 @@
 """The CUDA path on a real GPU: flash-attn backend, torch.compile with CUDA graphs, HF parity (bf16)."""
 
-
 import pytest
 import torch
 import torch._dynamo.utils

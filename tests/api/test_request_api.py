@@ -171,7 +171,7 @@ BAD_PARAMS = [
     (dict(include_stop_str_in_output="yes"), "include_stop_str_in_output="),
     (dict(min_tokens=-1), "min_tokens="),
     (dict(min_tokens=10, max_tokens=5), "min_tokens="),
-    (dict(logprobs=-1), "logprobs="),
+    (dict(logprobs=-2), "logprobs="),
     (dict(logprobs=2.0), "logprobs="),
     (dict(presence_penalty=2.5), "presence_penalty="),
     (dict(frequency_penalty=float("nan")), "frequency_penalty="),
@@ -187,20 +187,28 @@ def test_bad_sampling_fields_name_themselves(fields, message):
 
 
 @pytest.mark.parametrize(
-    "call, message",
+    "call, message, error",
     [
-        (lambda llm: llm.generate(PROMPTS, SamplingParams(stop_token_ids=[4096])), "stop_token_ids"),
-        (lambda llm: llm.generate(PROMPTS, SamplingParams(logprobs=5000)), "logprobs=5000"),
-        (lambda llm: llm.generate(PROMPTS, SamplingParams(n=600)), "n=600"),
-        (lambda llm: llm.generate(PROMPTS, GREEDY, priority=[0, 1]), "3 prompts but 2 priorities"),
-        (lambda llm: llm.generate(PROMPTS, GREEDY, priority=[0, 1, "a"]), "priority='a'"),
-        (lambda llm: llm.generate(PROMPTS, GREEDY, priority=5), "priority=5"),
-        (lambda llm: llm.add_request(PROMPTS[0], GREEDY, priority=1.5), "priority=1.5"),
-        (lambda llm: list(llm.stream(PROMPTS, SamplingParams(n=600))), "n=600"),
+        (
+            lambda llm: llm.generate(PROMPTS, SamplingParams(stop_token_ids=[4096])),
+            "stop_token_ids",
+            ValueError,
+        ),
+        (lambda llm: llm.generate(PROMPTS, SamplingParams(logprobs=5000)), "logprobs=5000", ValueError),
+        (lambda llm: llm.generate(PROMPTS, SamplingParams(n=600)), "n=600", ValueError),
+        (
+            lambda llm: llm.generate(PROMPTS, GREEDY, priority=[0, 1]),
+            "3 prompts but 2 priorities",
+            ValueError,
+        ),
+        (lambda llm: llm.generate(PROMPTS, GREEDY, priority=[0, 1, "a"]), "priority='a'", TypeError),
+        (lambda llm: llm.generate(PROMPTS, GREEDY, priority=5), "priority=5", TypeError),
+        (lambda llm: llm.add_request(PROMPTS[0], GREEDY, priority=1.5), "priority=1.5", TypeError),
+        (lambda llm: list(llm.stream(PROMPTS, SamplingParams(n=600))), "n=600", ValueError),
     ],
 )
-def test_bad_requests_are_refused_and_the_engine_serves_the_next(llm, greedy_outputs, call, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_requests_are_refused_and_the_engine_serves_the_next(llm, greedy_outputs, call, message, error):
+    with pytest.raises(error, match=message):
         call(llm)
     assert llm.is_finished()
     assert llm.generate(PROMPTS, GREEDY, use_tqdm=False) == greedy_outputs

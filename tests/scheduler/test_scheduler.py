@@ -1,7 +1,6 @@
 """Scheduler: token/sequence budgets, chunked prefill, preemption and output order, each checked against the
 same prompts generated one at a time with room to spare."""
 
-
 import pytest
 
 from nvllm import SamplingParams
