@@ -15,7 +15,8 @@ GREEDY = SamplingParams(temperature=0, max_tokens=8)
 
 @pytest.fixture(scope="module")
 def llm():
-    with tiny_llm(kvcache_block_size=16, num_decode_steps=4) as engine:
+    # max_logprobs=-1: no cap, so that logprobs=-1 (the whole vocabulary) is served
+    with tiny_llm(kvcache_block_size=16, num_decode_steps=4, max_logprobs=-1) as engine:
         yield engine
 
 

@@ -1,5 +1,5 @@
-"""A stream gets each token one model step after it is sampled, not a decode round's worth at once; generate
-keeps its rounds."""
+"""A stream gets each token one model step after it is sampled, not a decode round's worth at once (a token
+whose text is held back, half a character, waits for the text); generate keeps its rounds."""
 
 from nvllm import SamplingParams
 from tests.helpers.engine_utils import random_prompt, recorded_steps, tiny_llm
@@ -13,10 +13,13 @@ def test_a_stream_gets_its_deltas_one_token_at_a_time_and_generate_keeps_its_rou
     with tiny_llm(num_decode_steps=NUM_DECODE_STEPS) as llm:
         expected = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
         streamed = {index: [] for index in range(len(PROMPTS))}
-        for index, delta in llm.stream(PROMPTS, PARAMS):
-            assert len(delta.token_ids) == 1
-            streamed[index] += delta.token_ids
+        with recorded_steps(llm) as stream_steps:
+            for index, delta in llm.stream(PROMPTS, PARAMS):
+                held_back = "\ufffd" in delta.text  # a token of half a character waited for the next
+                assert len(delta.token_ids) == 1 or held_back
+                streamed[index] += delta.token_ids
         assert [streamed[i] for i in range(len(PROMPTS))] == [out.outputs[0].token_ids for out in expected]
+        assert all(max(step.num_new_tokens) == 1 for step in stream_steps if not step.is_prefill)
         with recorded_steps(llm) as steps:
             assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
         decode_rounds = [step.num_new_tokens for step in steps if not step.is_prefill]
