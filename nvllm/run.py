@@ -16,6 +16,7 @@ from hydra.utils import call
 from omegaconf import DictConfig
 
 from experiments.harness.config import conf_dir, register_configs
+from experiments.harness.tracking import forget_results
 
 CONF_DIR = conf_dir()
 
@@ -30,7 +31,9 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run_job(cfg: DictConfig) -> dict:
     job = HydraConfig.get()
-    return call(cfg.runner, cfg, Path(job.runtime.output_dir), job.job.override_dirname or None)
+    output_dir = Path(job.runtime.output_dir)
+    forget_results(output_dir)
+    return call(cfg.runner, cfg, output_dir, job.job.override_dirname or None)
 
 
 def main() -> None:
