@@ -27,7 +27,7 @@ from experiments.harness.engine import start_engine
 from experiments.harness.provenance import provenance
 from experiments.harness.threads import cpu_threads, thread_choice
 from experiments.harness.tracking import record, wandb_run
-from experiments.harness.workload import make_requests, read_lengths
+from experiments.harness.workload import check_workload_fits, make_requests
 from nvllm import LLM
 from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt
@@ -56,8 +56,7 @@ def check_job_config(cfg: DictConfig) -> tuple[EngineConfig, WorkloadConfig, int
             f"workload.repeats={repeats} with text prompts: every repeat would send the same prompts, which "
             "the prefix cache serves from the first (random prompts are drawn afresh; or set repeats=1)"
         )
-    if workload.lengths_file is not None:
-        read_lengths(workload.lengths_file)
+    check_workload_fits(workload, engine.scheduler.max_model_len)
     thread_choice(cfg.get("cpu_threads"), engine.device)
     return engine, workload, repeats
 
