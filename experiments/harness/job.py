@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import wandb
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.harness.config import (
     WorkloadConfig,
+    cpu_sized_note,
     engine_config_from_run_config,
     resolved_repeats,
     workload_config,
@@ -48,8 +50,8 @@ class Job:
 def check_job_config(cfg: DictConfig) -> tuple[EngineConfig, WorkloadConfig, int]:
     """The engine config resolved for this machine (a device or attention backend it lacks fails here),
     the workload and the number of repeats, or a ValueError naming what is wrong."""
-    workload = workload_config(cfg)
     engine = engine_config_from_run_config(cfg)
+    workload = workload_config(cfg, engine.device)
     repeats = resolved_repeats(workload, engine.device)
     if repeats > 1 and workload.prompts:
         raise ValueError(
@@ -63,6 +65,8 @@ def check_job_config(cfg: DictConfig) -> tuple[EngineConfig, WorkloadConfig, int
 
 def prepare_job(cfg: DictConfig, output_dir: Path, name: str | None, job_type: str) -> Job:
     engine, workload, repeats = check_job_config(cfg)
+    if note := cpu_sized_note(cfg, workload):
+        print(note)
     return Job(cfg, Path(output_dir), name, job_type, engine, workload, repeats)
 
 
@@ -74,7 +78,9 @@ class JobRun:
     provenance: dict
 
     def requests(self, repeat: int) -> tuple[list[Prompt], list[SamplingParams]]:
-        """The workload's requests for `repeat`: fresh draws each repeat."""
+        """The workload's requests for `repeat`: fresh draws each repeat. The sampling is seeded with them
+        (torch's generator, which unseeded requests draw from): the same run gives the same completions."""
+        torch.manual_seed(self.job.workload.seed + repeat)
         return make_requests(self.job.workload, len(self.llm.tokenizer), repeat)
 
     def record(self, metrics: dict, per_repeat: list[dict]) -> None:

@@ -4,6 +4,7 @@ through it — by replaying a CUDA graph (`GraphRunner`) where one holds the ste
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -23,6 +24,8 @@ from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.scheduler.block_manager import blocks_for
 from nvllm.transfer import to_device
+
+logger = logging.getLogger(__name__)  # a line as each stage of start-up begins: the long ones say what runs
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -75,6 +78,7 @@ class ModelRunner:
         self.trust_decode_guards = False
         self.cuda_graph_pool_bytes: int | None = None  # device memory the CUDA-graph capture reserved
         start = time.perf_counter()
+        logger.info("Loading %s weights", "random" if config.model.path is None else config.model.path)
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
         self.num_blocks = self._allocate_kv_cache()
@@ -157,6 +161,7 @@ class ModelRunner:
         """Compile the model (traced at a decode batch first, so that inductor tunes its kernels for decode,
         whose speed matters most), then record its CUDA graphs."""
         start = time.perf_counter()
+        logger.info("Compiling the model (a first start takes minutes; later ones reuse its cache)")
         load_cache_artifacts(self.config.compile.cache_artifacts)
         self.compiled_model = CompiledModel(self.model)
         self.forward(dummy_step(self.backend, 2, 2))
@@ -167,6 +172,7 @@ class ModelRunner:
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if uses_cuda_graphs(self.config):
+            logger.info("Capturing CUDA graphs")
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # capturing empties the allocator's cache: measure from an empty one
             reserved_before = torch.cuda.memory_reserved(self.device)
