@@ -6,6 +6,7 @@ and the job's overrides (the wandb run's name); it builds the engine from the co
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,7 +39,11 @@ def run_job(cfg: DictConfig) -> dict:
     job = HydraConfig.get()
     output_dir = Path(job.runtime.output_dir)
     forget_results(output_dir)
-    return call(cfg.runner, cfg, output_dir, job.job.override_dirname or None)
+    try:
+        return call(cfg.runner, cfg, output_dir, job.job.override_dirname or None)
+    except KeyboardInterrupt:  # one line, not the traceback of every frame the interrupt went through
+        print(f"Interrupted (Ctrl-C) before a repeat finished: no results in {output_dir}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def main() -> None:

@@ -88,7 +88,7 @@ class JobRun:
         results = {
             "name": job.name,
             "job_type": job.job_type,
-            "metrics": {**metrics, "repeats": job.repeats},
+            "metrics": {**metrics, "repeats": len(per_repeat)},  # fewer than asked after a Ctrl-C
             "repeats": per_repeat,
             "provenance": self.provenance,
             "config": OmegaConf.to_container(job.cfg, resolve=True),
