@@ -6,6 +6,7 @@ and the job's overrides (the wandb run's name); it builds the engine from the co
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
 from omegaconf import DictConfig
 
-from experiments.harness.config import conf_dir, register_configs
+from experiments.harness.config import conf_dir, override_keys, register_configs
+from experiments.harness.tracking import forget_results
 
 CONF_DIR = conf_dir()
 
@@ -24,13 +26,24 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
     """The config `python -m nvllm.run OVERRIDES` would run, composed without running (tests, notebooks)."""
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
+    # as on the command line: a workload key the overrides set is not replaced on the CPU
+    set_keys = override_keys(overrides)
+    if on_cpu := cfg.workload.on_cpu:
+        cfg.workload.on_cpu = {key: on_cpu[key] for key in on_cpu if f"workload.{key}" not in set_keys}
+    return cfg
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run_job(cfg: DictConfig) -> dict:
     job = HydraConfig.get()
-    return call(cfg.runner, cfg, Path(job.runtime.output_dir), job.job.override_dirname or None)
+    output_dir = Path(job.runtime.output_dir)
+    forget_results(output_dir)
+    try:
+        return call(cfg.runner, cfg, output_dir, job.job.override_dirname or None)
+    except KeyboardInterrupt:  # one line, not the traceback of every frame the interrupt went through
+        print(f"Interrupted (Ctrl-C) before a repeat finished: no results in {output_dir}", file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 def main() -> None:

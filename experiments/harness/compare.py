@@ -10,6 +10,9 @@ from typing import Any
 from experiments.harness.repeats import SPREAD_SUFFIXES
 from experiments.harness.sweep_results import DONE, JobResult, read_jobs, sort_key, swept_keys
 
+MIN_REPEATS_FOR_SPREAD = 2
+NO_SPREAD = "no spread"  # one repeat: min = max = median, so an overlap would say nothing about noise
+
 
 def _flat(values: dict, prefix: str = "") -> dict:
     flat = {}
@@ -31,21 +34,19 @@ def _measured(metrics: dict, metric: str) -> str:
     median, low, high = (metrics.get(metric + suffix) for suffix in ("", *SPREAD_SUFFIXES))
     if median is None:
         return ""
-    return (
-        _number(median)
-        if low == high or low is None
-        else f"{_number(median)} [{_number(low)}, {_number(high)}]"
-    )
+    return _number(median) if low is None else f"{_number(median)} [{_number(low)}, {_number(high)}]"
 
 
 def _change(a: dict, b: dict, metric: str) -> tuple[str, str]:
-    """B's median against A's, and whether B's range overlaps A's."""
+    """B's median against A's, and whether B's range overlaps A's (a job of one repeat has no range)."""
     median_a, median_b = a.get(metric), b.get(metric)
     if not isinstance(median_a, int | float) or not isinstance(median_b, int | float) or not median_a:
         return "", ""
     change = f"{(median_b / median_a - 1) * 100:+.1f}%"
     if not all(metric + suffix in values for suffix in SPREAD_SUFFIXES for values in (a, b)):
         return change, ""  # measured once per job (start-up, memory): no range to compare
+    if min(a.get("repeats", 1), b.get("repeats", 1)) < MIN_REPEATS_FOR_SPREAD:
+        return change, NO_SPREAD
     low_a, high_a = (a[metric + suffix] for suffix in SPREAD_SUFFIXES)
     low_b, high_b = (b[metric + suffix] for suffix in SPREAD_SUFFIXES)
     return change, "yes" if low_b <= high_a and low_a <= high_b else "no"
@@ -114,6 +115,17 @@ def compare(dir_a: Path, dir_b: Path, metric: str = "output_tok_per_s") -> str:
     """The comparison as markdown: medians with [min, max] over each job's repeats."""
     jobs_a, jobs_b = read_jobs(Path(dir_a)), read_jobs(Path(dir_b))
     lines = [_source("A", dir_a, jobs_a), _source("B", dir_b, jobs_b), ""]
+    single = [
+        label
+        for label, jobs in (("A", jobs_a), ("B", jobs_b))
+        if any(job.metrics.get("repeats", 1) < MIN_REPEATS_FOR_SPREAD for job in jobs if job.status == DONE)
+    ]
+    if single:
+        lines += [
+            f"Note: {' and '.join(single)} ran fewer than {MIN_REPEATS_FOR_SPREAD} repeats: the comparison "
+            "has no spread, so no difference can be told from noise (set workload.repeats=3).",
+            "",
+        ]
     if len(jobs_a) == 1 and len(jobs_b) == 1:
         lines += compare_runs(jobs_a[0], jobs_b[0])
     else:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -50,6 +51,9 @@ class WorkloadConfig:
     num_prefixes: int = 0
     prefix_len: int = 0
     interleave_prefixes: bool = False  # requests ordered prefix by prefix (False) or round robin (True)
+    # The workload on the CPU, key by key, where the command line does not set the key: the speed
+    # experiments' workloads are GPU-sized (hours on a CPU). None: the same workload on every device.
+    on_cpu: dict[str, Any] | None = None
 
 
 @dataclass
@@ -135,10 +139,44 @@ def resolved_repeats(workload: WorkloadConfig, device: str) -> int:
     return DEFAULT_GPU_REPEATS if device.startswith("cuda") else 1
 
 
-def workload_config(cfg: DictConfig) -> WorkloadConfig:
-    workload = to_dataclass(WorkloadConfig, OmegaConf.to_container(cfg.workload, resolve=True))
+def command_line_keys(cfg: DictConfig) -> set[str]:
+    """The keys the command line set: from the config's `hydra` node (what callbacks get), else from the
+    running job's Hydra config; none outside Hydra (`nvllm.run.compose_config` drops the keys its
+    overrides set from `workload.on_cpu` instead)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if "hydra" in cfg:
+        return override_keys(cfg.hydra.overrides.task)
+    return override_keys(HydraConfig.get().overrides.task) if HydraConfig.initialized() else set()
+
+
+def override_keys(overrides: list[str]) -> set[str]:
+    return {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+
+
+def workload_config(cfg: DictConfig, device: str | None = None) -> WorkloadConfig:
+    """The workload, on the CPU (`device`) with `workload.on_cpu`'s keys in place of those the command
+    line leaves alone."""
+    values = OmegaConf.to_container(cfg.workload, resolve=True)
+    if device == "cpu" and values["on_cpu"]:
+        set_keys = command_line_keys(cfg)
+        values |= {key: value for key, value in values["on_cpu"].items() if f"workload.{key}" not in set_keys}
+    on_cpu = values.pop("on_cpu")  # a dict of keys, which to_dataclass takes for a group: checked as merged
+    workload = dataclasses.replace(to_dataclass(WorkloadConfig, values), on_cpu=on_cpu)
     validate_workload(workload)
     return workload
+
+
+def cpu_sized_note(cfg: DictConfig, workload: WorkloadConfig) -> str | None:
+    """One line saying the workload was made CPU-sized, and how to run the full one; None if it was not."""
+    given = OmegaConf.to_container(cfg.workload, resolve=True)
+    changed = {key: value for key, value in dataclasses.asdict(workload).items() if given[key] != value}
+    if unknown := set(workload.on_cpu or {}) - set(given):
+        raise ValueError(f"workload.on_cpu names keys the workload does not have: {sorted(unknown)}")
+    if not changed:
+        return None
+    values = " ".join(f"{key}={value}" for key, value in changed.items())
+    return f"On the CPU: a CPU-sized workload ({values}); workload.on_cpu=null runs the full one"
 
 
 def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:

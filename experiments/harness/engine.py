@@ -13,6 +13,11 @@ from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt, tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
+RANDOM_WEIGHTS_NOTE = (
+    "Weights: random (model.path=null), right for speed but the text is noise; "
+    "model.path=DIR loads a Qwen3 checkpoint from a local directory"
+)
+
 
 def start_engine(config: EngineConfig) -> LLM:
     """The engine of a resolved config (use it as a context manager: jobs share one process). The GPU's
@@ -21,6 +26,8 @@ def start_engine(config: EngineConfig) -> LLM:
         torch.cuda.reset_peak_memory_stats()
     mode = "compiled" if config.compile.enabled else "eager"
     print(f"Starting {config.model.name} on {config.device} ({mode}, {config.attention.backend} attention)")
+    if config.model.path is None:
+        print(RANDOM_WEIGHTS_NOTE)
     return LLM.from_config(config)
 
 

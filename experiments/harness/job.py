@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import wandb
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.harness.config import (
     WorkloadConfig,
+    cpu_sized_note,
     engine_config_from_run_config,
     resolved_repeats,
     workload_config,
@@ -27,7 +29,7 @@ from experiments.harness.engine import start_engine
 from experiments.harness.provenance import provenance
 from experiments.harness.threads import cpu_threads, thread_choice
 from experiments.harness.tracking import record, wandb_run
-from experiments.harness.workload import make_requests, read_lengths
+from experiments.harness.workload import check_workload_fits, make_requests
 from nvllm import LLM
 from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt
@@ -48,22 +50,23 @@ class Job:
 def check_job_config(cfg: DictConfig) -> tuple[EngineConfig, WorkloadConfig, int]:
     """The engine config resolved for this machine (a device or attention backend it lacks fails here),
     the workload and the number of repeats, or a ValueError naming what is wrong."""
-    workload = workload_config(cfg)
     engine = engine_config_from_run_config(cfg)
+    workload = workload_config(cfg, engine.device)
     repeats = resolved_repeats(workload, engine.device)
     if repeats > 1 and workload.prompts:
         raise ValueError(
             f"workload.repeats={repeats} with text prompts: every repeat would send the same prompts, which "
             "the prefix cache serves from the first (random prompts are drawn afresh; or set repeats=1)"
         )
-    if workload.lengths_file is not None:
-        read_lengths(workload.lengths_file)
+    check_workload_fits(workload, engine.scheduler.max_model_len)
     thread_choice(cfg.get("cpu_threads"), engine.device)
     return engine, workload, repeats
 
 
 def prepare_job(cfg: DictConfig, output_dir: Path, name: str | None, job_type: str) -> Job:
     engine, workload, repeats = check_job_config(cfg)
+    if note := cpu_sized_note(cfg, workload):
+        print(note)
     return Job(cfg, Path(output_dir), name, job_type, engine, workload, repeats)
 
 
@@ -75,7 +78,9 @@ class JobRun:
     provenance: dict
 
     def requests(self, repeat: int) -> tuple[list[Prompt], list[SamplingParams]]:
-        """The workload's requests for `repeat`: fresh draws each repeat."""
+        """The workload's requests for `repeat`: fresh draws each repeat. The sampling is seeded with them
+        (torch's generator, which unseeded requests draw from): the same run gives the same completions."""
+        torch.manual_seed(self.job.workload.seed + repeat)
         return make_requests(self.job.workload, len(self.llm.tokenizer), repeat)
 
     def record(self, metrics: dict, per_repeat: list[dict]) -> None:
@@ -83,7 +88,7 @@ class JobRun:
         results = {
             "name": job.name,
             "job_type": job.job_type,
-            "metrics": {**metrics, "repeats": job.repeats},
+            "metrics": {**metrics, "repeats": len(per_repeat)},  # fewer than asked after a Ctrl-C
             "repeats": per_repeat,
             "provenance": self.provenance,
             "config": OmegaConf.to_container(job.cfg, resolve=True),

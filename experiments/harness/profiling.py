@@ -44,9 +44,12 @@ def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
         return
     output_dir = Path(output_dir)
     write_run_dir(output_dir, profiler)
-    trace = profiler.export_trace(output_dir / TRACE_FILE)
+    no_trace = profiler.no_trace_reason()
+    trace = None if no_trace else profiler.export_trace(output_dir / TRACE_FILE)
     figures = render(output_dir)
     print(profiler.summary())
+    if no_trace and llm.config.profile.torch_trace_steps:
+        print(f"No torch trace written: {no_trace}")
     if trace:
         kernels = kernel_summary(trace, top=40)
         (output_dir / KERNELS_FILE).write_text(kernels + "\n")

@@ -34,11 +34,18 @@ def median_min_max(per_repeat: list[dict]) -> dict:
 def measure_repeats(llm: LLM, repeats: int, measure: Callable[[int], dict]) -> Repeated:
     """`measure(repeat)` for repeat 0..repeats-1 after one warm-up of the engine. `measure` draws its own
     requests for the repeat (`make_requests(workload, vocab, repeat)`): fresh ones each time, so that the
-    prefix cache never turns a repeat into a replay of the one before."""
+    prefix cache never turns a repeat into a replay of the one before. Ctrl-C after the first repeat ends the
+    loop: the repeats finished are what is measured (their number is the results' `repeats`)."""
     warm_up(llm)
     per_repeat = []
     for repeat in range(repeats):
-        per_repeat.append(measure(repeat))
+        try:
+            per_repeat.append(measure(repeat))
+        except KeyboardInterrupt:
+            if not per_repeat:
+                raise
+            print(f"Interrupted (Ctrl-C) in repeat {repeat + 1}/{repeats}: recording the {repeat} finished")
+            break
         if repeats > 1 and "output_tok_per_s" in per_repeat[-1]:
             print(f"Repeat {repeat + 1}/{repeats}: {per_repeat[-1]['output_tok_per_s']:.1f} output tok/s")
     return Repeated(per_repeat, median_min_max(per_repeat))

@@ -5,6 +5,7 @@ and the sweep's grid by the sweep's own `multirun.yaml`, so jobs that never star
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,13 @@ from experiments.harness.tracking import RESULTS_FILE
 
 MULTIRUN_FILE = "multirun.yaml"  # the sweep's composed config, written by Hydra's sweeper before any job
 DONE, INCOMPLETE, MISSING = "done", "incomplete", "missing"  # results written; started only; never started
+UNREADABLE = "unreadable"  # a results.json that is no JSON (a job killed while writing it, a full disk)
 
 
 @dataclass(frozen=True)
 class JobResult:
     job: str  # the job's number in the sweep (or its dir, for a dir of runs)
-    status: str  # DONE | INCOMPLETE (failed, interrupted or still running) | MISSING
+    status: str  # DONE | INCOMPLETE (failed, interrupted or still running) | MISSING | UNREADABLE
     overrides: dict[str, Any]  # what the job's command line set: key -> value
     results: dict | None  # its results.json
 
@@ -61,9 +63,22 @@ def job_grid(multirun: DictConfig) -> list[list[str]] | None:
     return jobs
 
 
-def _read_results(job_dir: Path) -> dict | None:
+def _read_results(job_dir: Path) -> tuple[str, dict | None]:
+    """The job's status and results; an unreadable results.json is named on stderr and the job marked,
+    so that the rest of the sweep is still summarised."""
     path = job_dir / RESULTS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return INCOMPLETE, None
+    try:
+        return DONE, json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        print(f"Warning: {path} is unreadable ({error}): job marked {UNREADABLE}", file=sys.stderr)
+        return UNREADABLE, None
+
+
+def _with_overrides(read: tuple[str, dict | None], lines: list[str]) -> tuple[str, dict, dict | None]:
+    status, results = read
+    return status, parse_overrides(lines), results
 
 
 def read_multirun(sweep_dir: Path) -> DictConfig | None:
@@ -77,8 +92,7 @@ def read_jobs(directory: Path) -> list[JobResult]:
     if (directory / ".hydra").is_dir() or (directory / RESULTS_FILE).is_file():  # a single run
         overrides_file = directory / ".hydra" / "overrides.yaml"
         lines = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
-        results = _read_results(directory)
-        return [JobResult(directory.name, DONE if results else INCOMPLETE, parse_overrides(lines), results)]
+        return [JobResult(directory.name, *_with_overrides(_read_results(directory), lines))]
     found = {}
     for hydra_dir in sorted(directory.rglob(".hydra")):
         job_dir = hydra_dir.parent
@@ -94,12 +108,12 @@ def read_jobs(directory: Path) -> list[JobResult]:
     for number, lines in enumerate(grid or []):
         key = str(number)
         if key in found:
-            lines, results = found.pop(key)
-            jobs.append(JobResult(key, DONE if results else INCOMPLETE, parse_overrides(lines), results))
+            lines, read = found.pop(key)
+            jobs.append(JobResult(key, *_with_overrides(read, lines)))
         else:
             jobs.append(JobResult(key, MISSING, parse_overrides(lines), None))
-    for key, (lines, results) in found.items():  # jobs of another sweeper, or dirs the grid does not name
-        jobs.append(JobResult(key, DONE if results else INCOMPLETE, parse_overrides(lines), results))
+    for key, (lines, read) in found.items():  # jobs of another sweeper, or dirs the grid does not name
+        jobs.append(JobResult(key, *_with_overrides(read, lines)))
     if not jobs:
         raise ValueError(f"{directory}: neither a run's dir nor a sweep's (no .hydra, results.json or jobs)")
     return jobs

@@ -34,7 +34,13 @@ from experiments.harness.sweep_results import (
 )
 from experiments.harness.tracking import wandb_run
 
-TABLE_NAME, PLOT_NAME = "summary", "summary.png"
+TABLE_NAME = "summary"  # summary.csv, summary.md and summary.png: the sweep's own summary settings
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -44,6 +50,7 @@ def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
     os.close(handle)
     try:
         write(temporary)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0600 would hide the summary from the group
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
@@ -65,7 +72,8 @@ def table_rows(jobs: list[JobResult], keys: list[str]) -> list[dict]:
     return sorted(rows, key=lambda row: ([sort_key(row[key]) for key in keys], sort_key(typed(row["job"]))))
 
 
-def write_tables(rows: list[dict], keys: list[str], metric: str, sweep_dir: Path) -> None:
+def write_tables(rows: list[dict], keys: list[str], metric: str, sweep_dir: Path, stem: str) -> str:
+    """The CSV and markdown tables as `stem`.csv and `stem`.md; the markdown table, returned."""
     columns = list(dict.fromkeys(key for row in rows for key in row))
     with_status = ["job", "status", *keys]
     shown = [*with_status, metric, f"{metric}_min", f"{metric}_max", "repeats"]
@@ -87,8 +95,9 @@ def write_tables(rows: list[dict], keys: list[str], metric: str, sweep_dir: Path
         for row in rows
     ]
     markdown = "\n".join(lines) + "\n"
-    _atomic_write(sweep_dir / f"{TABLE_NAME}.csv", write_csv)
-    _atomic_write(sweep_dir / f"{TABLE_NAME}.md", lambda path: Path(path).write_text(markdown))
+    _atomic_write(sweep_dir / f"{stem}.csv", write_csv)
+    _atomic_write(sweep_dir / f"{stem}.md", lambda path: Path(path).write_text(markdown))
+    return markdown
 
 
 def plot(rows: list[dict], keys: list[str], summary: SummaryConfig, path: Path) -> None:
@@ -179,10 +188,24 @@ def summary_config(sweep_dir: Path, **overrides: Any) -> SummaryConfig:
     )
 
 
+def summary_stem(summary: SummaryConfig, saved: SummaryConfig) -> str:
+    """The files' name: the sweep's own summary keeps `summary`; another view (`--metric`, `--x`...) gets a
+    name of its own, so that asking for it never overwrites the summary the sweep saved."""
+    if summary == saved:
+        return TABLE_NAME
+    differing = [
+        f"{key}-{value}" for key, value in dataclasses.asdict(summary).items() if getattr(saved, key) != value
+    ]
+    return "-".join([TABLE_NAME, *differing]).replace("/", "_")
+
+
 def summarize(sweep_dir: Path, summary: SummaryConfig | None = None, log_wandb: bool = False) -> str:
-    """Tables and plot of the sweep in `sweep_dir` (and its summary wandb run); a line saying where."""
+    """Tables and plot of the sweep in `sweep_dir` (and its summary wandb run); the markdown table and a
+    line saying where the files are."""
     sweep_dir = Path(sweep_dir)
-    summary = summary or summary_config(sweep_dir)
+    saved = summary_config(sweep_dir)
+    summary = summary or saved
+    stem = summary_stem(summary, saved)
     jobs = read_jobs(sweep_dir)
     keys = swept_keys(jobs)
     for key in (summary.x, summary.hue):
@@ -192,19 +215,21 @@ def summarize(sweep_dir: Path, summary: SummaryConfig | None = None, log_wandb: 
     if measured and summary.metric not in measured:
         raise ValueError(f"summary.metric={summary.metric!r} is in no job's results: {sorted(measured)}")
     rows = table_rows(jobs, keys)
-    write_tables(rows, keys, summary.metric, sweep_dir)
-    plot(rows, keys, summary, sweep_dir / PLOT_NAME)
+    table = write_tables(rows, keys, summary.metric, sweep_dir, stem)
+    plot(rows, keys, summary, sweep_dir / f"{stem}.png")
     if log_wandb:
         description = sweep_description(jobs, keys, sweep_dir)
-        log_summary_run(sweep_dir, jobs, rows, {**description, "summary": dataclasses.asdict(summary)})
+        log_summary_run(sweep_dir, jobs, rows, {**description, "summary": dataclasses.asdict(summary)}, stem)
     done = sum(job.status == DONE for job in jobs)
     return (
-        f"Sweep summary of {done}/{len(jobs)} jobs (varied: {', '.join(keys) or 'nothing'}): "
-        f"{sweep_dir / TABLE_NAME}.md, {sweep_dir / PLOT_NAME}"
+        f"{table}\nSweep summary of {done}/{len(jobs)} jobs (varied: {', '.join(keys) or 'nothing'}): "
+        f"{sweep_dir / stem}.md, {sweep_dir / stem}.csv, {sweep_dir / stem}.png"
     )
 
 
-def log_summary_run(sweep_dir: Path, jobs: list[JobResult], rows: list[dict], config: dict) -> None:
+def log_summary_run(
+    sweep_dir: Path, jobs: list[JobResult], rows: list[dict], config: dict, stem: str = TABLE_NAME
+) -> None:
     """The summary wandb run, with the wandb settings its jobs ran with (their group: the sweep's)."""
     done = [job for job in jobs if job.status == DONE]
     if not done:
@@ -213,7 +238,7 @@ def log_summary_run(sweep_dir: Path, jobs: list[JobResult], rows: list[dict], co
     columns = list(dict.fromkeys(key for row in rows for key in row))
     table = wandb.Table(columns=columns, data=[[row.get(column) for column in columns] for row in rows])
     with wandb_run(settings, sweep_dir, "summary", "sweep_summary", config) as run:
-        run.log({TABLE_NAME: table, "plot": wandb.Image(str(sweep_dir / PLOT_NAME))})
+        run.log({TABLE_NAME: table, "plot": wandb.Image(str(sweep_dir / f"{stem}.png"))})
 
 
 class SweepSummary(Callback):

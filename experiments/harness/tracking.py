@@ -53,6 +53,12 @@ def wandb_run(
             print(line)
 
 
+def forget_results(output_dir: Path) -> None:
+    """Remove a results.json left in the job's dir by an earlier run (a sweep re-run into the same
+    `hydra.sweep.dir`): a job that fails this time must not be read back as done with the old numbers."""
+    (Path(output_dir) / RESULTS_FILE).unlink(missing_ok=True)
+
+
 def _numbers(values: dict) -> dict:
     return {key: value for key, value in values.items() if value is not None}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from experiments.harness.config import WorkloadConfig, conf_dir
 from experiments.runners.shared_prefix_workload import shared_prefix_prompts
 from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.request_validation import longest_prompt
 from nvllm.sampling_params import SamplingParams
 
 # nano-vLLM's bench draws prompt token ids from [0, 10000]: the same draws make the same workload.
@@ -26,18 +27,36 @@ def lengths_path(name: str) -> Path:
     return conf_dir() / "workload" / path
 
 
-def _length_rows(path: Path) -> list[dict]:
+def _length_rows(path: Path) -> list[tuple[int, dict]]:
+    """The file's rows with the line each is on (blank lines skipped, counted)."""
     if path.suffix == ".jsonl":
         lines = path.read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        rows = []
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    rows.append((number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}, line {number}: no JSON ({error})") from None
+        return rows
     if path.suffix == ".csv":
         with open(path, newline="") as file:
-            return list(csv.DictReader(file))
+            reader = csv.DictReader(file)
+            return [(reader.line_num, row) for row in reader]
     raise ValueError(f"workload.lengths_file={str(path)!r}: a .jsonl or .csv file is expected")
 
 
-def read_lengths(name: str) -> list[tuple[int, int]]:
-    """The (input_len, output_len) rows of a lengths file, each checked: positive integers."""
+def _length(value: object) -> int | None:
+    """A length as the file spells it: a JSON integer (not `true`, not `1e400` or `3.5`) or a CSV cell of
+    digits; None for anything else."""
+    if isinstance(value, str):
+        return int(value) if value.strip().isdigit() else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_lengths(name: str, max_model_len: int | None = None) -> list[tuple[int, int]]:
+    """The (input_len, output_len) rows of a lengths file, each checked: positive integers, and a prompt
+    that the engine of `max_model_len` takes. A bad row is named by file and line."""
     path = lengths_path(name)
     if not path.is_file():
         raise ValueError(
@@ -46,23 +65,41 @@ def read_lengths(name: str) -> list[tuple[int, int]]:
         )
     try:
         rows = _length_rows(path)
-    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as error:
+    except (csv.Error, UnicodeDecodeError) as error:
         raise ValueError(f"workload.lengths_file={str(path)!r} cannot be read: {error}") from None
     lengths = []
-    for number, row in enumerate(rows, start=1):
+    for line, row in rows:
         values = [row.get(column) if isinstance(row, dict) else None for column in LENGTH_COLUMNS]
-        try:
-            input_len, output_len = (int(value) for value in values)
-            if float(values[0]) != input_len or float(values[1]) != output_len:
-                raise ValueError
-        except (TypeError, ValueError):
-            input_len = output_len = 0
-        if input_len < 1 or output_len < 1:
-            raise ValueError(f"{path}, row {number}: {row!r} needs positive integers {LENGTH_COLUMNS}")
+        input_len, output_len = (_length(value) for value in values)
+        if not (input_len and output_len and input_len > 0 and output_len > 0):
+            raise ValueError(f"{path}, line {line}: {row!r} needs positive integers {LENGTH_COLUMNS}")
+        if max_model_len is not None:
+            check_prompt_len(input_len, max_model_len, f"{path}, line {line}: input_len")
         lengths.append((input_len, output_len))
     if not lengths:
         raise ValueError(f"workload.lengths_file={str(path)!r} holds no rows")
     return lengths
+
+
+def check_prompt_len(prompt_len: int, max_model_len: int, what: str) -> None:
+    """A prompt the engine would refuse, found before the engine is built."""
+    if prompt_len > longest_prompt(max_model_len):
+        raise ValueError(
+            f"{what}={prompt_len} leaves no room for output within scheduler.max_model_len={max_model_len} "
+            "(prompt + output tokens): shorten the prompts or raise scheduler.max_model_len"
+        )
+
+
+def check_workload_fits(workload: WorkloadConfig, max_model_len: int) -> None:
+    """Every random prompt of the workload fits the engine: checked before anything is built."""
+    if workload.lengths_file is not None:
+        read_lengths(workload.lengths_file, max_model_len)
+    elif workload.num_prefixes:
+        check_prompt_len(
+            workload.prefix_len + workload.input_len, max_model_len, "workload.prefix_len + input_len"
+        )
+    elif not workload.prompts:
+        check_prompt_len(workload.input_len, max_model_len, "workload.input_len")
 
 
 def make_requests(

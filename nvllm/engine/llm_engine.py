@@ -310,7 +310,7 @@ class LLMEngine:
                     seq = self._enqueue(*request)
                     samples.append([seq, *seq.forks])
                 self.profiler.lap("add_requests")
-                self._run_until_done(sum(map(len, samples)), use_tqdm)
+                self._run_until_done([seq for group in samples for seq in group], use_tqdm)
             finally:
                 self._abort_all()
             outputs = [request_output(request_samples, self.tokenizer) for request_samples in samples]
@@ -392,8 +392,12 @@ class LLMEngine:
             self.validate(token_ids, params)
         return requests
 
-    def _run_until_done(self, num_seqs: int, use_tqdm: bool) -> None:
-        progress = progress_bar(num_seqs, "Generating", enabled=use_tqdm)
+    def _run_until_done(self, seqs: list[Sequence], use_tqdm: bool) -> None:
+        # counted in tokens, not requests: a batch run finishes its first request late, while tokens flow
+        # from the first steps on (a rate and an ETA at once); a request that stops early counts its budget
+        max_model_len = self.config.scheduler.max_model_len
+        budgets = [min(seq.sampling_params.max_tokens, max_model_len - seq.num_prompt_tokens) for seq in seqs]
+        progress = progress_bar(sum(budgets), "Generating", enabled=use_tqdm, unit="tok")
         start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
 
         def rate(tokens: int, seconds: float) -> str:
@@ -401,9 +405,17 @@ class LLMEngine:
 
         with progress:
             while not self.is_finished():
-                finished = self._step()
-                progress.update(len(finished))
+                self._step()
+                if progress.disable:
+                    continue
+                done = [seq.is_finished for seq in seqs]
+                generated = sum(
+                    budget if finished else seq.num_completion_tokens
+                    for seq, budget, finished in zip(seqs, budgets, done)
+                )
+                progress.update(generated - progress.n)
                 progress.set_postfix(
+                    requests=f"{sum(done)}/{len(seqs)}",
                     prefill=rate(self.num_prefill_tokens - start[0], self.prefill_seconds - start[1]),
                     decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
                     refresh=False,

@@ -31,7 +31,9 @@ class _StderrThatNeverFails:
         return getattr(sys.stderr, name)
 
 
-def progress_bar(total: int, description: str, enabled: bool) -> tqdm:
-    """A tqdm bar over `total` items on stderr."""
+def progress_bar(total: int, description: str, enabled: bool, unit: str = "it") -> tqdm:
+    """A tqdm bar over `total` items (`unit`s) on stderr."""
     stderr = _StderrThatNeverFails()
-    return tqdm(total=total, desc=description, dynamic_ncols=True, disable=not enabled, file=stderr)
+    return tqdm(
+        total=total, desc=description, unit=unit, dynamic_ncols=True, disable=not enabled, file=stderr
+    )

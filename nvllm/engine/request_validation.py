@@ -41,6 +41,12 @@ def paired(prompts: Any, sampling_params: Any) -> list[tuple[Prompt, SamplingPar
     return list(zip(prompts, sampling_params))
 
 
+def longest_prompt(max_model_len: int) -> int:
+    """The longest prompt taken: prompt and output together hold at most max_model_len tokens, and the
+    prompt leaves room for at least one output token."""
+    return max_model_len - 1
+
+
 def check_priority(priority: Any) -> int:
     if not is_integer(priority):
         raise TypeError(f"priority={priority!r} must be an integer (lower is served first)")
@@ -134,7 +140,7 @@ def check_request(
             f"n={params.n} samples run at once, beyond scheduler.max_num_seqs={config.scheduler.max_num_seqs}"
         )
     max_model_len = config.scheduler.max_model_len
-    if len(token_ids) >= max_model_len:  # prompt and output together hold at most max_model_len tokens
+    if len(token_ids) > longest_prompt(max_model_len):
         raise ValueError(
             f"prompt of {len(token_ids)} tokens leaves no room for output within "
             f"max_model_len={max_model_len} (prompt + output tokens)"

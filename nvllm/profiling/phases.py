@@ -8,10 +8,13 @@ batch of the run: at least 3/4 of it (full), at least 1/4 (shrinking), less (tai
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from nvllm.profiling.report import format_table
 
+# a step's times come from time.perf_counter: a phase no longer than a tick of it has no measurable rate
+TIMER_RESOLUTION_S = time.get_clock_info("perf_counter").resolution
 PHASES = ("prefill", "decode, full batch", "decode, shrinking", "decode, draining tail")
 
 
@@ -47,6 +50,12 @@ def run_phases(steps: list[dict]) -> list[Phase]:
     return [phase for phase in phases.values() if phase.steps]
 
 
+def _seconds(seconds: float) -> str:
+    """Milliseconds and above to the millisecond; a shorter phase to 3 significant digits, so that its rate
+    can be checked against what is printed (a phase of 0.3 ms is no phase of "0.000 s")."""
+    return f"{seconds:.3f}" if seconds >= 1e-3 or seconds == 0 else f"{seconds:.3g}"
+
+
 def format_phases(steps: list[dict]) -> str:
     """`run_phases` as a table: each phase's steps, wall time and its share of the steps' time, tokens,
     tokens a second, and device time (a decode round's device time can run past its wall time, where the
@@ -60,10 +69,10 @@ def format_phases(steps: list[dict]) -> str:
         (
             phase.name,
             str(phase.steps),
-            f"{phase.wall_s:.3f}",
+            _seconds(phase.wall_s),
             f"{phase.wall_s / total_s:.1%}" if total_s else "-",
             str(phase.tokens),
-            f"{phase.tokens / phase.wall_s:,.0f}" if phase.wall_s else "-",
+            f"{phase.tokens / phase.wall_s:,.0f}" if phase.wall_s > TIMER_RESOLUTION_S else "-",
             f"{phase.device_s:.3f}",
         )
         for phase in phases

@@ -14,6 +14,7 @@ are read: host stages are timed as they happen, so their totals still add up to 
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +183,16 @@ class Profiler:
             record["num_preemptions"] += 1
 
     # ---- torch trace --------------------------------------------------------------------------------
+    def no_trace_reason(self) -> str | None:
+        """Why `export_trace` would write nothing; None when a trace was taken."""
+        return self._trace.missing_reason(len(self._steps))
+
     def export_trace(self, path: str | Path) -> Path | None:
-        """Write the torch.profiler trace (Chrome/Perfetto JSON) to `path`; None when none was taken."""
+        """Write the torch.profiler trace (Chrome/Perfetto JSON) to `path`; None, with a warning saying why,
+        when none was taken."""
+        if (reason := self.no_trace_reason()) is not None:
+            warnings.warn(f"no torch trace written to {path}: {reason}", NoTraceWarning, stacklevel=2)
+            return None
         return self._trace.export(path)
 
     # ---- results ------------------------------------------------------------------------------------
@@ -221,6 +230,13 @@ class Profiler:
 
     def summary(self) -> str:
         return format_summary(self.as_dict()) + "\n" + format_phases(self.steps())
+
+
+PROFILING_OFF = "profiling is off: LLM(..., profile=True) or profile.enabled=true turns it on"
+
+
+class NoTraceWarning(UserWarning):
+    """`export_trace` had no trace to write."""
 
 
 class NullProfiler:
@@ -270,7 +286,11 @@ class NullProfiler:
     def reset(self) -> None:
         pass
 
+    def no_trace_reason(self) -> str:
+        return PROFILING_OFF
+
     def export_trace(self, path: str | Path) -> None:
+        warnings.warn(f"no torch trace written to {path}: {PROFILING_OFF}", NoTraceWarning, stacklevel=2)
         return None
 
     def steps(self) -> list[dict]:
@@ -283,7 +303,7 @@ class NullProfiler:
         return {"wall_s": 0.0, "stages": {}, "device": {}, "memory": {}}
 
     def summary(self) -> str:
-        return "profiling is off: LLM(..., profile=True) or profile.enabled=true turns it on"
+        return PROFILING_OFF
 
 
 def make_profiler(config: ProfileConfig, device: str) -> Profiler | NullProfiler:

@@ -47,6 +47,17 @@ class TorchTrace:
             self._profile.stop()
             self.recording = False
 
+    def missing_reason(self, steps_run: int) -> str | None:
+        """Why no trace was taken after `steps_run` engine steps; None when one was."""
+        if self._profile is not None:
+            return None
+        if not self.num_steps:
+            return "profile.torch_trace_steps=0 asks for none"
+        return (
+            f"the run had {steps_run} engine steps, fewer than profile.torch_trace_start_step="
+            f"{self.start_step}: lower it or run a longer workload"
+        )
+
     def export(self, path: str | Path) -> Path | None:
         """The trace as Chrome/Perfetto JSON at `path` (stopped first); None when none was taken."""
         if self._profile is None:

@@ -4,6 +4,7 @@ through it — by replaying a CUDA graph (`GraphRunner`) where one holds the ste
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -27,6 +28,8 @@ from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.transfer import to_device
+
+logger = logging.getLogger(__name__)  # a line as each stage of start-up begins: the long ones say what runs
 
 
 class Broadcaster(Protocol):
@@ -76,6 +79,7 @@ class ModelRunner:
         self.trust_decode_guards = False
         self.cuda_graph_pool_bytes: int | None = None  # device memory the CUDA-graph capture reserved
         start = time.perf_counter()
+        logger.info("Loading %s weights", "random" if config.model.path is None else config.model.path)
         self.model = self._build_model()
         self.timings["load_s"] = time.perf_counter() - start
         self.weight_bytes = sum(t.numel() * t.element_size() for t in self.model.state_dict().values())
@@ -160,6 +164,7 @@ class ModelRunner:
         """Compile the model (traced at a decode batch first, so that inductor tunes its kernels for decode,
         whose speed matters most), then record its CUDA graphs."""
         start = time.perf_counter()
+        logger.info("Compiling the model (a first start takes minutes; later ones reuse its cache)")
         load_cache_artifacts(self.config.compile.cache_artifacts)
         self.compiled_model = CompiledModel(self.model)
         self.forward(dummy_step(self.backend, 2, 2))
@@ -171,6 +176,7 @@ class ModelRunner:
         start = time.perf_counter()
         plan = GraphPlan.of(self.config, type(self.backend))
         if plan.has_graphs:
+            logger.info("Capturing CUDA graphs")
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()  # capturing empties the allocator's cache: measure from an empty one
             reserved_before = torch.cuda.memory_reserved(self.device)

@@ -78,10 +78,11 @@ def test_summarize_an_interrupted_sweep(sweep, tmp_path, capsys):
     shutil.rmtree(copy / "3")  # never started
     nvllm(["summarize", str(copy), "--x", "workload.temperature", "--hue", "scheduler.num_decode_steps"])
     assert "Sweep summary of 2/4 jobs" in capsys.readouterr().out
-    status = {row["job"]: row["status"] for row in read_table(copy / "summary.csv")}
+    view = "summary-x-workload.temperature-hue-scheduler.num_decode_steps"  # beside the sweep's own summary
+    status = {row["job"]: row["status"] for row in read_table(copy / f"{view}.csv")}
     assert status == {"0": "done", "1": "done", "2": "incomplete", "3": "missing"}
-    assert "| 3 | missing | 4 | 0.6 |" in (copy / "summary.md").read_text()
-    assert (copy / "summary.png").read_bytes().startswith(PNG_MAGIC)
+    assert "| 3 | missing | 4 | 0.6 |" in (copy / f"{view}.md").read_text()
+    assert (copy / f"{view}.png").read_bytes().startswith(PNG_MAGIC)
     with pytest.raises(SystemExit, match="cache.block_size"):
         nvllm(["summarize", str(copy), "--x", "cache.block_size"])  # not a key this sweep varies
 

@@ -160,7 +160,7 @@ def test_lengths_from_a_file(tmp_path):
     (tmp_path / "bad.jsonl").write_text(
         '{"input_len": 5, "output_len": 3}\n{"input_len": 0, "output_len": 2}\n'
     )
-    with pytest.raises(ValueError, match="row 2"):
+    with pytest.raises(ValueError, match="line 2"):
         read_lengths(str(tmp_path / "bad.jsonl"))
     with pytest.raises(ValueError, match="no such file"):
         read_lengths(str(tmp_path / "absent.csv"))

@@ -11,6 +11,7 @@ import pytest
 from nvllm import SamplingParams
 from nvllm.engine.config_resolution import engine_config
 from nvllm.profiling import NullProfiler, Profiler
+from nvllm.profiling.profiler import NoTraceWarning
 from nvllm.profiling.stages import HOST_STAGES
 from nvllm.profiling.torch_trace import STEP_RANGE
 from tests.helpers.engine_utils import random_prompt, tiny_llm
@@ -151,7 +152,8 @@ def test_profiling_off_records_nothing():
         llm.generate([random_prompt(8, seed=1)], SamplingParams(max_tokens=5), use_tqdm=False)
         assert llm.profiler.steps() == [] and llm.profiler.requests() == []
         assert llm.profiler.as_dict()["stages"] == {} and "off" in llm.profiler.summary()
-        assert llm.profiler.export_trace("unused.json") is None
+        with pytest.warns(NoTraceWarning, match="profiling is off"):
+            assert llm.profiler.export_trace("unused.json") is None
 
 
 def test_flat_and_grouped_names_turn_it_on():

@@ -1,0 +1,58 @@
+"""Ctrl-C during an experiment: one line, not a traceback; the repeats finished before it are recorded."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers.experiment_utils import TINY
+
+LONG_WORKLOAD = ["workload.num_seqs=2", "workload.input_len=16", "workload.output_len=1500"]
+
+
+def interrupt_when(log: Path, text: str, process: subprocess.Popen, timeout_s: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in log.read_text(errors="replace"):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+
+
+def run_and_interrupt(tmp_path: Path, overrides: list[str], when: str) -> tuple[int, str, Path]:
+    run_dir, log = tmp_path / "run", tmp_path / "output.log"
+    command = [
+        sys.executable,
+        "-m",
+        "nvllm",
+        "run",
+        *TINY,
+        *LONG_WORKLOAD,
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        interrupt_when(log, when, process)
+        returncode = process.wait(timeout=120)
+    return returncode, log.read_text(errors="replace"), run_dir
+
+
+def test_ctrl_c_in_the_first_repeat_ends_with_one_line(tmp_path):
+    returncode, output, run_dir = run_and_interrupt(tmp_path, ["+experiment=bench"], when="Generating:")
+    assert returncode == 130 and "Traceback" not in output
+    assert output.rstrip().splitlines()[-1] == (
+        f"Interrupted (Ctrl-C) before a repeat finished: no results in {run_dir}"
+    )
+
+
+def test_ctrl_c_after_a_repeat_records_the_repeats_finished(tmp_path):
+    overrides = ["+experiment=bench", "workload.repeats=3"]
+    returncode, output, run_dir = run_and_interrupt(tmp_path, overrides, when="Repeat 1/3:")
+    assert returncode == 0 and "Traceback" not in output
+    assert "Interrupted (Ctrl-C) in repeat 2/3: recording the 1 finished" in output
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["metrics"]["repeats"] == 1 and len(results["repeats"]) == 1
