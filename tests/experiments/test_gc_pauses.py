@@ -12,7 +12,7 @@ def test_counts_the_full_collections_inside_generate_calls_only():
     gc.disable()  # no automatic collection: the test's own are the only ones
     try:
         with tiny_llm() as llm:
-            step = llm.step
+            step = llm._step  # what generate runs each step
 
             def step_with_a_collection():
                 gc.collect()
@@ -20,7 +20,7 @@ def test_counts_the_full_collections_inside_generate_calls_only():
                 steps_of_call[-1] += 1
                 return step()
 
-            llm.step = step_with_a_collection
+            llm._step = step_with_a_collection
             params = SamplingParams(max_tokens=3, ignore_eos=True, temperature=0)
             with full_collections() as found:
                 for prompts in ([[1, 2, 3]], [[1, 2, 3], [4, 5, 6, 7]]):
