@@ -42,6 +42,7 @@ from nvllm.attention.paging import blocks_for
 from nvllm.config import EngineConfig
 from nvllm.distributed.group import destroy_tensor_parallel, tcp_store
 from nvllm.distributed.shm_channel import ShmBroadcast, ShmReader
+from nvllm.distributed.worker_group import WorkerWatch, end_group, lead_own_group
 from nvllm.runner.contract import Sample, runner_attributes
 from nvllm.runner.model_runner import ModelRunner
 from nvllm.runner.step_inputs import StepInputs
@@ -103,6 +104,7 @@ def _worker_main(
     """A worker rank's process. A failure is reported through shared memory. The process ends with its exit
     handlers (they stop helpers such as inductor's compile workers) but without the interpreter's teardown,
     which takes seconds with torch loaded while rank 0 waits for the exit."""
+    lead_own_group()  # before it starts anything (see worker_group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is rank 0's to handle; it then stops the workers
     threading.Thread(target=_exit_with_rank0, args=(rank,), name="nvllm-rank0-watch", daemon=True).start()
     torch.set_num_threads(num_threads)  # on the CPU, a thread budget the caller set holds for every rank
@@ -195,6 +197,7 @@ class _Workers:
         self.processes: list[multiprocessing.Process] = []  # started ones only
         self.rank0: ModelRunner | None = None
         self.healthy = True
+        self.watch: WorkerWatch | None = None
 
     def start(self) -> None:
         num_threads = torch.get_num_threads()
@@ -207,6 +210,7 @@ class _Workers:
             )
             process.start()
             self.processes.append(process)
+        self.watch = WorkerWatch([process.pid for process in self.processes])
         # Rank 0 joins the group only once every worker is about to: a worker that dies during start-up
         # would otherwise leave rank 0 in the rendezvous until the collective timeout.
         for rank in range(1, len(self.processes) + 1):
@@ -268,7 +272,10 @@ class _Workers:
             for process in self.processes:
                 if process.is_alive():
                     process.kill()
+                end_group(process.pid)  # what it left behind would keep its sentinel, and so join, waiting
                 process.join()
+            if self.watch is not None:
+                self.watch.stop()
             self.healthy = False
             if self.rank0 is not None:
                 self.rank0.shutdown(abort=not clean)

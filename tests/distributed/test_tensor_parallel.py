@@ -5,10 +5,14 @@ never shuts its engine down exits promptly and leaves nothing behind either."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import pickle
+import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -24,7 +28,7 @@ from nvllm.distributed.group import tp_size
 from nvllm.distributed.tensor_parallel import message_capacity, pack_inputs, unpack_inputs
 from nvllm.run import compose_config
 from nvllm.runner.step_inputs import StepInputs
-from tests.helpers import tp_exit_script
+from tests.helpers import tp_exit_script, tp_held_sockets_script
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 from tests.helpers.parallel_oracle import prefill_logits
 
@@ -262,3 +266,16 @@ def test_rank0_waiting_for_the_device_sees_a_dead_worker():
     assert time.perf_counter() - start < 10
     llm.shutdown()
     assert_released(shm_name, worker_pids)
+
+
+def test_a_worker_killed_while_a_process_it_left_holds_its_sockets_is_seen_within_seconds(tmp_path):
+    """A killed worker whose connections stay open (a process it forked holds them) never fails rank 0's
+    collective: rank 0 must see the death itself, and end what the worker left behind."""
+    script = [sys.executable, "-m", "tests.helpers.tp_held_sockets_script"]
+    env = {**os.environ, tp_held_sockets_script.HELD_PID_FILE: str(tmp_path / "held.pid")}
+    done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip(), done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert re.search(r"worker rank 1 \(pid \d+\) was killed by SIGKILL", report["error"]), report
+    assert report["seconds"] < 10
+    assert not report["holder_outlived"]
