@@ -4,21 +4,22 @@ holds the engine's lock (nvllm/engine/ownership.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 import warnings
 
 from nvllm.attention.cascade import decode_kv_reads
 from nvllm.config import EngineConfig
-from nvllm.engine.config_resolution import resolve, validate
+from nvllm.engine.batch_sampling import batch_sampling, requested_logprobs
+from nvllm.engine.cascade_switch import check_cascade_switch
+from nvllm.engine.config_resolution import resolve
 from nvllm.engine.engine_stats import engine_stats
 from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.request_validation import Prompt, check_priority, check_request, token_ids_of
 from nvllm.engine.scheduler_records import hand_on_scheduler_events
-from nvllm.engine.startup import log_startup, make_model_runner
+from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
 from nvllm.models import model_class
 from nvllm.profiling import make_profiler
@@ -27,8 +28,6 @@ from nvllm.runner.compile_cache import save_cache_artifacts
 from nvllm.runner.dtypes import DTYPES
 from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
-from nvllm.sampling.request_processing import request_processing
-from nvllm.sampling.sampler import Sampler
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.block_manager import BlockManager
 from nvllm.scheduler.scheduler import ScheduledBatch, Scheduler
@@ -78,11 +77,7 @@ class LLMEngine:
             self.block_manager.num_blocks * kv_bytes_per_block(config, dtype),
             self.model_runner.cuda_graph_pool_bytes,
         )
-        # What start-up made and keeps (the model; dynamo's and inductor's graphs, hundreds of thousands of
-        # objects) is taken out of the garbage collector's full passes, each of which would otherwise walk
-        # it all in the middle of a generate call; shutdown() gives it back. Start-up's garbage goes first.
-        gc.collect()
-        gc.freeze()
+        freeze_startup_objects()  # shutdown() unfreezes them
 
     # ---- requests -----------------------------------------------------------------------------------
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
@@ -185,19 +180,7 @@ class LLMEngine:
                 self.decode_kv_tokens_read += read
                 self.decode_kv_tokens_read_plain += plain
         profiler.lap("build_inputs")
-        seqs = batch.sampled_seqs
-        num_steps = None if batch.is_prefill else batch.num_new_tokens
-        sampling = Sampler.prepare(
-            [seq.sampling_params for seq in seqs],
-            [seq.generator for seq in seqs],
-            self.device,
-            num_rows=steps[0].num_logits,
-            num_steps=num_steps,
-        )
-        model = self.config.model
-        sampling.processing = request_processing(
-            seqs, num_steps, model.vocab_size, model.eos_token_id, self.device
-        )
+        sampling = batch_sampling(batch, steps[0].num_logits, self.config.model, self.device)
         profiler.lap("sample")
         self.work.add(batch)
         profiler.launch_started(batch)
@@ -206,12 +189,8 @@ class LLMEngine:
         )
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
-        wait = self.model_runner.wait_for_device
-        if sampling.processing is None or sampling.processing.logprobs is None:
-            launched = LaunchedBatch(batch, tokens, wait)
-        else:
-            num_logprobs = [seq.sampling_params.num_logprobs(model.vocab_size) for seq in seqs]
-            launched = LaunchedBatch(batch, tokens, wait, sampling.processing.logprobs, num_logprobs)
+        logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
+        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs)
         profiler.lap("launch")
         return launched
 
@@ -232,17 +211,8 @@ class LLMEngine:
     def set_cascade(self, mode: str) -> None:
         """Decode by cascade attention as `attention.cascade=mode` says (auto | on | off), from the next
         batch on (`config` stays the one the engine started with). A compiled engine started with it off
-        compiled and captured no cascade graphs: it stays off."""
-        validate(
-            dataclasses.replace(
-                self.config, attention=dataclasses.replace(self.config.attention, cascade=mode)
-            )
-        )
-        if mode != "off" and self.config.attention.cascade == "off" and self.config.compile.enabled:
-            raise ValueError(
-                f"attention.cascade={mode!r}: this engine started with cascade off, so it has no compiled "
-                "cascade graphs; start it with attention.cascade=on or auto"
-            )
+        compiled and captured no cascade graphs: it stays off (see check_cascade_switch)."""
+        check_cascade_switch(self.config, mode)
         with self._ownership.call():  # never between the rounds of a running call
             self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
 

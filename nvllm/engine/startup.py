@@ -1,7 +1,9 @@
-"""Start-up's two choices and its report: which runner serves the config, and what the KV cache holds."""
+"""Start-up's choice, report and last act: which runner serves the config, what the KV cache holds, and
+the objects start-up keeps taken out of the garbage collector's full passes."""
 
 from __future__ import annotations
 
+import gc
 import logging
 
 from nvllm.config import EngineConfig
@@ -33,3 +35,11 @@ def log_startup(config: EngineConfig, block_manager: BlockManager, timings: dict
         max_len,
         timings_text,
     )
+
+
+def freeze_startup_objects() -> None:
+    """What start-up made and keeps (the model; dynamo's and inductor's graphs, hundreds of thousands of
+    objects) is taken out of the garbage collector's full passes, each of which would otherwise walk it all
+    in the middle of a generate call; the engine's shutdown gives it back. Start-up's garbage goes first."""
+    gc.collect()
+    gc.freeze()
