@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from nvllm import run
-from nvllm.engine.llm_engine import LLMEngine
+from nvllm.llm import LLM
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class FullCollection:
 
 @contextmanager
 def full_collections() -> Iterator[list[FullCollection]]:
-    """A list that gets each full collection that runs inside an `LLMEngine.generate` call while the block
+    """A list that gets each full collection that runs inside an `LLM.generate` call while the block
     runs."""
     found: list[FullCollection] = []
     calls: list[float] = []  # each call's start
@@ -40,7 +40,7 @@ def full_collections() -> Iterator[list[FullCollection]]:
             duration_ms = (time.perf_counter() - started[0]) * 1e3
             found.append(FullCollection(len(calls), started[0] - calls[-1], duration_ms))
 
-    original = LLMEngine.generate
+    original = LLM.generate
 
     @functools.wraps(original)
     def generate(self, *args, **kwargs):
@@ -51,13 +51,13 @@ def full_collections() -> Iterator[list[FullCollection]]:
         finally:
             inside[0] = False
 
-    LLMEngine.generate = generate
+    LLM.generate = generate
     gc.callbacks.append(watch)
     try:
         yield found
     finally:
         gc.callbacks.remove(watch)
-        LLMEngine.generate = original
+        LLM.generate = original
 
 
 def main() -> None:

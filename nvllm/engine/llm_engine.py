@@ -1,59 +1,38 @@
+"""The engine: start-up, request intake, and the loop that runs one scheduled batch per `step()`. The
+offline calls built on it (generate, stream, chat) are `LLM`'s (nvllm/llm.py); every public entry point
+holds the engine's lock (nvllm/engine/ownership.py)."""
+
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import gc
-import logging
 import time
 import warnings
-from collections.abc import Iterator
-from collections.abc import Sequence as SequenceLike
 
 from nvllm.attention.cascade import decode_kv_reads
 from nvllm.config import EngineConfig
-from nvllm.engine.config_resolution import resolve, validate
+from nvllm.engine.batch_sampling import batch_sampling, requested_logprobs
+from nvllm.engine.cascade_switch import check_cascade_switch
+from nvllm.engine.config_resolution import resolve
+from nvllm.engine.engine_stats import engine_stats
 from nvllm.engine.launched_batch import LaunchedBatch
+from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
-from nvllm.engine.progress import progress_bar
-from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
-from nvllm.engine.request_validation import (
-    Prompt,
-    check_priority,
-    check_request,
-    paired,
-    priorities,
-    token_ids_of,
-)
+from nvllm.engine.request_validation import Prompt, check_priority, check_request, token_ids_of
+from nvllm.engine.scheduler_records import hand_on_scheduler_events
+from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
 from nvllm.models import model_class
-from nvllm.outputs import CompletionOutput, RequestOutput
 from nvllm.profiling import make_profiler
-from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
+from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak
 from nvllm.runner.compile_cache import save_cache_artifacts
-from nvllm.runner.contract import Runner
 from nvllm.runner.dtypes import DTYPES
 from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
-from nvllm.runner.model_runner import ModelRunner
-from nvllm.sampling.request_processing import release_penalty_history, request_processing
-from nvllm.sampling.sampler import Sampler
-from nvllm.sampling_params import MAX_SEED, SamplingParams
+from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.block_manager import BlockManager
-from nvllm.scheduler.events import EventKind
 from nvllm.scheduler.scheduler import ScheduledBatch, Scheduler
 from nvllm.scheduler.sequence import Sequence
-from nvllm.tokenizer.chat import chat_prompts
 from nvllm.tokenizer.tokenizer import load_tokenizer
-
-logger = logging.getLogger("nvllm")
-
-
-def tokens_per_second(num_tokens: int, seconds: float) -> float:
-    return num_tokens / seconds if seconds > 0 else 0.0
-
-
-def _fork_seed(seed: int | None, index: int) -> int | None:
-    return None if seed is None else (seed + index) % MAX_SEED
 
 
 class LLMEngine:
@@ -66,7 +45,7 @@ class LLMEngine:
         check_fits(config, DTYPES[config.model.dtype], config.device)  # as does a model too large
         start = time.perf_counter()
         self.tokenizer = load_tokenizer(config.model.path)
-        self.model_runner = self._make_model_runner()
+        self.model_runner = make_model_runner(config)
         self.device = self.model_runner.device
         self.block_manager = BlockManager(
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
@@ -86,7 +65,7 @@ class LLMEngine:
         if config.compile.enabled:
             save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)
         self.startup_timings = {**self.model_runner.timings, "startup_s": time.perf_counter() - start}
-        self._log_startup()
+        log_startup(config, self.block_manager, self.startup_timings)
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
@@ -98,32 +77,7 @@ class LLMEngine:
             self.block_manager.num_blocks * kv_bytes_per_block(config, dtype),
             self.model_runner.cuda_graph_pool_bytes,
         )
-        # What start-up made and keeps (the model; dynamo's and inductor's graphs, hundreds of thousands of
-        # objects) is taken out of the garbage collector's full passes, each of which would otherwise walk
-        # it all in the middle of a generate call; shutdown() gives it back. Start-up's garbage goes first.
-        gc.collect()
-        gc.freeze()
-
-    def _log_startup(self) -> None:
-        blocks, block_size = self.block_manager.num_blocks, self.config.cache.block_size
-        max_len = self.config.scheduler.max_model_len
-        timings = ", ".join(f"{name[:-2]} {seconds:.1f}s" for name, seconds in self.startup_timings.items())
-        logger.info(
-            "KV cache: %d blocks of %d tokens (%d tokens; %d sequences of max_model_len=%d at once); %s",
-            blocks,
-            block_size,
-            blocks * block_size,
-            blocks // self.block_manager.blocks_for(max_len),
-            max_len,
-            timings,
-        )
-
-    def _make_model_runner(self) -> Runner:
-        if self.config.parallel.tensor_parallel_size > 1:
-            from nvllm.distributed.tensor_parallel import TensorParallelRunner
-
-            return TensorParallelRunner(self.config)
-        return ModelRunner(self.config)
+        freeze_startup_objects()  # shutdown() unfreezes them
 
     # ---- requests -----------------------------------------------------------------------------------
     def validate(self, token_ids: list[int], params: SamplingParams) -> None:
@@ -150,15 +104,7 @@ class LLMEngine:
                 "(scheduler.policy=priority) to serve requests by priority",
                 stacklevel=3,
             )
-        # sample i draws from seed + i (as vLLM does): reproducible, and distinct from the others
-        forks = [
-            Sequence(token_ids, dataclasses.replace(params, n=1, seed=_fork_seed(params.seed, i)), priority)
-            for i in range(1, params.n)
-        ]
-        seq = Sequence(token_ids, params, priority, forks)
-        for member in (seq, *seq.forks):
-            if params.stop_strings:
-                attach_detokenizer(member, self.tokenizer)
+        seq = new_sequence(token_ids, params, priority, self.tokenizer)
         self.scheduler.add(seq)
         self.profiler.request_arrived(seq)
         return seq
@@ -194,7 +140,7 @@ class LLMEngine:
         current, self.in_flight = self.in_flight, None
         if current is None:
             batch = self.scheduler.schedule()
-            self._take_scheduler_events()
+            hand_on_scheduler_events(self.scheduler, self.profiler)
             profiler.lap("schedule")
             if not batch.seqs:
                 raise RuntimeError("scheduler found nothing to run although requests are pending")
@@ -208,7 +154,7 @@ class LLMEngine:
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
         finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
-        self._take_scheduler_events()
+        hand_on_scheduler_events(self.scheduler, self.profiler)
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
@@ -223,17 +169,6 @@ class LLMEngine:
         profiler.step_finished(current.batch, num_tokens, finished)
         return finished
 
-    def _take_scheduler_events(self) -> None:
-        """Hand on what the scheduler did to requests: admissions and preemptions to the profiler's request
-        timelines; a sequence that stopped running gives back its device token history."""
-        for event in self.scheduler.take_events():
-            if event.kind is EventKind.SCHEDULED:
-                self.profiler.request_scheduled(event.seq)
-            elif event.kind is EventKind.PREEMPTED:
-                self.profiler.request_preempted(event.seq)
-            else:
-                release_penalty_history(event.seq)
-
     def launch(self, batch: ScheduledBatch) -> LaunchedBatch:
         """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
         nothing here waits for the device."""
@@ -245,19 +180,7 @@ class LLMEngine:
                 self.decode_kv_tokens_read += read
                 self.decode_kv_tokens_read_plain += plain
         profiler.lap("build_inputs")
-        seqs = batch.sampled_seqs
-        num_steps = None if batch.is_prefill else batch.num_new_tokens
-        sampling = Sampler.prepare(
-            [seq.sampling_params for seq in seqs],
-            [seq.generator for seq in seqs],
-            self.device,
-            num_rows=steps[0].num_logits,
-            num_steps=num_steps,
-        )
-        model = self.config.model
-        sampling.processing = request_processing(
-            seqs, num_steps, model.vocab_size, model.eos_token_id, self.device
-        )
+        sampling = batch_sampling(batch, steps[0].num_logits, self.config.model, self.device)
         profiler.lap("sample")
         self.work.add(batch)
         profiler.launch_started(batch)
@@ -266,12 +189,8 @@ class LLMEngine:
         )
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
-        wait = self.model_runner.wait_for_device
-        if sampling.processing is None or sampling.processing.logprobs is None:
-            launched = LaunchedBatch(batch, tokens, wait)
-        else:
-            num_logprobs = [seq.sampling_params.num_logprobs(model.vocab_size) for seq in seqs]
-            launched = LaunchedBatch(batch, tokens, wait, sampling.processing.logprobs, num_logprobs)
+        logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
+        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs)
         profiler.lap("launch")
         return launched
 
@@ -287,176 +206,18 @@ class LLMEngine:
         self.in_flight = None  # its work on the device ends before any later batch's begins
         self.scheduler.abort_all()
         self._step_failed = False
-        self._take_scheduler_events()
-
-    def generate(
-        self,
-        prompts: Prompt | SequenceLike[Prompt],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
-        use_tqdm: bool = True,
-        priority: int | SequenceLike[int] | None = None,
-    ) -> list[RequestOutput]:
-        """Generate for one prompt (a string, token ids, `{"prompt": ...}` or `{"prompt_token_ids": ...}`) or
-        a list of them; one `RequestOutput` per prompt, in input order (`out["text"]`, `out["token_ids"]`:
-        its first sample's). `sampling_params`: one for all (None: `SamplingParams()`) or one each.
-        `priority`: one int per prompt (lower first under `scheduler.policy=priority`). All or nothing:
-        every request is checked before any is queued. Calls from several threads run one after another."""
-        with self._exclusive():
-            self.profiler.generate_started()
-            requests = self._checked(prompts, sampling_params, priority)
-            try:
-                samples = []
-                for request in requests:
-                    seq = self._enqueue(*request)
-                    samples.append([seq, *seq.forks])
-                self.profiler.lap("add_requests")
-                self._run_until_done([seq for group in samples for seq in group], use_tqdm)
-            finally:
-                self._abort_all()
-            outputs = [request_output(request_samples, self.tokenizer) for request_samples in samples]
-            self.profiler.lap("detokenize")
-            self.profiler.generate_finished()
-            return outputs
-
-    def stream(
-        self,
-        prompts: Prompt | SequenceLike[Prompt],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
-        priority: int | SequenceLike[int] | None = None,
-    ) -> Iterator[tuple[int, CompletionOutput]]:
-        """`generate`, yielding `(prompt index, delta)` as tokens reach the host: `delta.token_ids` and
-        `delta.text` are the sample's (`delta.index`) new tokens and their text (never half a character, nor
-        the start of a stop string that is cut: tokens wait with their text), `delta.finish_reason` is set on
-        its last one. The deltas of a sample add up to its `generate` output. Leaving the loop early drops the
-        remaining requests."""
-        with self._exclusive(streaming=True):
-            self.profiler.generate_started()
-            requests = self._checked(prompts, sampling_params, priority)
-            try:
-                cursors = []
-                for index, request in enumerate(requests):
-                    seq = self._enqueue(*request)
-                    for sample, member in enumerate((seq, *seq.forks)):
-                        if member.detokenizer is None:
-                            attach_detokenizer(member, self.tokenizer)
-                        cursors.append((index, StreamCursor(member, sample)))
-                while not self.is_finished():
-                    self._step()
-                    for index, cursor in cursors:
-                        if (delta := cursor.delta()) is not None:
-                            with self._ownership.stream_suspended():
-                                yield index, delta
-            finally:
-                self._abort_all()
-                self.profiler.generate_finished()
-
-    def chat(
-        self,
-        messages: list[dict] | list[list[dict]],
-        sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
-        use_tqdm: bool = True,
-        chat_template_kwargs: dict | None = None,
-    ) -> list[RequestOutput]:
-        """`generate` for one conversation (a list of `{"role", "content"}` messages) or a list of them,
-        each rendered by the tokenizer's chat template with the assistant's turn opened
-        (`chat_template_kwargs`, e.g. `{"enable_thinking": False}`, go to the template)."""
-        prompts = chat_prompts(self.tokenizer, messages, chat_template_kwargs)
-        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
-
-    @contextlib.contextmanager
-    def _exclusive(self, streaming: bool = False):
-        """The engine for one generate or stream call (see EngineOwnership). Requests of a hand-written
-        add_request/step loop are refused rather than run and dropped by this call. A stream's decode rounds
-        are one step long, so that each token reaches it one model step after it is sampled."""
-        with self._ownership.call():
-            if not self.is_finished():
-                raise RuntimeError(
-                    "requests added with add_request() are pending: step them to the end or call abort_all() "
-                    "before generate or stream"
-                )
-            if streaming:
-                self.scheduler.decode.num_decode_steps = 1
-            try:
-                yield
-            finally:
-                self.scheduler.decode.num_decode_steps = self.config.scheduler.num_decode_steps
-
-    def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
-        """The requests of a call as (token ids, params, priority), every one checked."""
-        pairs = paired(prompts, sampling_params)
-        requests = [
-            (token_ids_of(prompt, self.tokenizer), params, rank)
-            for (prompt, params), rank in zip(pairs, priorities(priority, len(pairs)))
-        ]
-        for token_ids, params, _ in requests:  # all checked before any is queued
-            self.validate(token_ids, params)
-        return requests
-
-    def _run_until_done(self, seqs: list[Sequence], use_tqdm: bool) -> None:
-        # counted in tokens, not requests: a batch run finishes its first request late, while tokens flow
-        # from the first steps on (a rate and an ETA at once); a request that stops early counts its budget
-        max_model_len = self.config.scheduler.max_model_len
-        budgets = [min(seq.sampling_params.max_tokens, max_model_len - seq.num_prompt_tokens) for seq in seqs]
-        progress = progress_bar(sum(budgets), "Generating", enabled=use_tqdm, unit="tok")
-        start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
-
-        def rate(tokens: int, seconds: float) -> str:
-            return f"{tokens_per_second(tokens, seconds):.0f}tok/s"
-
-        with progress:
-            while not self.is_finished():
-                self._step()
-                if progress.disable:
-                    continue
-                done = [seq.is_finished for seq in seqs]
-                generated = sum(
-                    budget if finished else seq.num_completion_tokens
-                    for seq, budget, finished in zip(seqs, budgets, done)
-                )
-                progress.update(generated - progress.n)
-                progress.set_postfix(
-                    requests=f"{sum(done)}/{len(seqs)}",
-                    prefill=rate(self.num_prefill_tokens - start[0], self.prefill_seconds - start[1]),
-                    decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
-                    refresh=False,
-                )
+        hand_on_scheduler_events(self.scheduler, self.profiler)
 
     def set_cascade(self, mode: str) -> None:
         """Decode by cascade attention as `attention.cascade=mode` says (auto | on | off), from the next
         batch on (`config` stays the one the engine started with). A compiled engine started with it off
-        compiled and captured no cascade graphs: it stays off."""
-        validate(
-            dataclasses.replace(
-                self.config, attention=dataclasses.replace(self.config.attention, cascade=mode)
-            )
-        )
-        if mode != "off" and self.config.attention.cascade == "off" and self.config.compile.enabled:
-            raise ValueError(
-                f"attention.cascade={mode!r}: this engine started with cascade off, so it has no compiled "
-                "cascade graphs; start it with attention.cascade=on or auto"
-            )
+        compiled and captured no cascade graphs: it stays off (see check_cascade_switch)."""
+        check_cascade_switch(self.config, mode)
         with self._ownership.call():  # never between the rounds of a running call
             self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
 
     def stats(self) -> dict:
-        stats = {
-            "num_kv_blocks": self.block_manager.num_blocks,
-            "num_preemptions": self.scheduler.num_preemptions,
-            "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
-            "prefill_tokens": self.num_prefill_tokens,
-            "decode_tokens": self.num_decode_tokens,
-            # KV tokens decode steps read (per layer), and what they would read without cascade attention
-            "decode_kv_tokens_read": self.decode_kv_tokens_read,
-            "decode_kv_tokens_read_plain": self.decode_kv_tokens_read_plain,
-            "prefill_s": self.prefill_seconds,
-            "decode_s": self.decode_seconds,
-            "prefill_tok_per_s": tokens_per_second(self.num_prefill_tokens, self.prefill_seconds),
-            "decode_tok_per_s": tokens_per_second(self.num_decode_tokens, self.decode_seconds),
-            **self.startup_timings,
-            **self.work.stats(),
-        }
-        num_devices = self.config.parallel.tensor_parallel_size
-        return {**stats, **utilization_stats(stats, self.device_peak, num_devices)}
+        return engine_stats(self)
 
     def shutdown(self) -> None:
         """Release the device memory and the workers once the call another thread runs has ended (at once
