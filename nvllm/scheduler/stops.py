@@ -48,8 +48,10 @@ class StopChecker:
         for index, token in enumerate(tokens):
             # vLLM's rule for stop tokens and strings alike: only a token past the first `min_tokens` stops
             may_stop = seq.num_completion_tokens + index >= params.min_tokens
-            if may_stop and (token == self.eos_token_id and not params.ignore_eos or token in stop_ids):
-                return index, token if token in stop_ids else None  # its text is not the output's
+            is_eos = token == self.eos_token_id and not params.ignore_eos
+            if may_stop and (is_eos or token in stop_ids):
+                # EOS first, as vLLM checks it: its stop reason is None even when it is a stop token id too
+                return index, None if is_eos else token  # its text is not the output's
             if detokenizer is not None and detokenizer.add(token, may_stop):
                 return index, detokenizer.stop_reason
         return None

@@ -41,6 +41,8 @@ def test_tokens_left_is_the_nearer_of_max_tokens_and_max_model_len():
         ({"stop_token_ids": [9]}, [5, 9, EOS], (2, (STOP, 9))),  # the stop reason is the token
         ({"stop_token_ids": [9]}, [EOS, 9], (1, (STOP, None))),
         ({"stop_token_ids": [9], "ignore_eos": True}, [EOS, 9, 6], (2, (STOP, 9))),
+        ({"stop_token_ids": [EOS]}, [5, EOS], (2, (STOP, None))),  # EOS is checked first, as in vLLM
+        ({"stop_token_ids": [EOS], "ignore_eos": True}, [5, EOS], (2, (STOP, EOS))),
         ({"max_tokens": 3}, [5, 6, 6, 6], (3, (LENGTH, None))),
         ({"max_tokens": 3}, [5, 6, 6], (3, (LENGTH, None))),
         ({"max_tokens": 3}, [5, 6, EOS], (3, (STOP, None))),  # a stop at the last token allowed wins
