@@ -21,3 +21,12 @@ def pytest_collection_modifyitems(config, items):
 def tiny_checkpoint(tmp_path_factory):
     """A seeded random tiny Qwen3 in Hugging Face's on-disk format (two safetensors shards + index)."""
     return write_checkpoint(tmp_path_factory.mktemp("tiny-qwen3"), "tiny", seed=0, num_files=2)
+
+
+@pytest.fixture
+def engine_left_idle(request):
+    """After a test that uses a module's shared `llm`: whatever it left queued is dropped, so that a case that
+    fails fails alone rather than every case after it."""
+    yield
+    if "llm" in request.fixturenames:
+        request.getfixturevalue("llm").abort_all()

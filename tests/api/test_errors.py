@@ -11,6 +11,8 @@ from nvllm import LLM, SamplingParams
 from nvllm.engine.config_resolution import engine_config
 from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
 
+pytestmark = pytest.mark.usefixtures("engine_left_idle")
+
 MAX_MODEL_LEN = 32
 NUM_BLOCKS = 7  # 28 tokens of KV: less than one max_model_len request, so the cache check can fire
 GOOD_PROMPTS = [random_prompt(6, seed=300), random_prompt(3, seed=301)]
@@ -27,14 +29,6 @@ def llm():
 def expected(llm):
     """What the good prompts give on the untouched engine."""
     return llm.generate(GOOD_PROMPTS, GREEDY, use_tqdm=False)
-
-
-@pytest.fixture(autouse=True)
-def no_leftovers(request):
-    """A case that fails (leaving a request queued, say) fails alone rather than every case after it."""
-    yield
-    if "llm" in request.fixturenames:
-        request.getfixturevalue("llm").abort_all()
 
 
 def assert_still_serves(llm, expected):

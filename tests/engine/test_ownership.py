@@ -9,6 +9,8 @@ import pytest
 from nvllm import SamplingParams
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
+pytestmark = pytest.mark.usefixtures("engine_left_idle")
+
 PROMPTS = [random_prompt(6, seed=700), random_prompt(4, seed=701)]
 GREEDY = SamplingParams(temperature=0, max_tokens=6)
 STREAM_ERROR = "a stream of this engine is still being iterated"
@@ -24,13 +26,6 @@ def llm():
 @pytest.fixture(scope="module")
 def expected(llm):
     return llm.generate(PROMPTS, GREEDY, use_tqdm=False)
-
-
-@pytest.fixture(autouse=True)
-def idle_after(request):
-    yield
-    if "llm" in request.fixturenames:
-        request.getfixturevalue("llm").abort_all()
 
 
 def run_in_thread(target) -> dict:
@@ -95,8 +90,10 @@ def test_hand_written_requests_are_not_mixed_into_another_threads_generate(llm, 
     assert [seq.completion_token_ids for seq in seqs] == [out.outputs[0].token_ids for out in expected]
 
 
-def test_add_request_and_step_wait_for_another_threads_generate(llm, expected):
-    started, release = threading.Event(), threading.Event()
+def generate_held_on_the_device(llm, release: threading.Event) -> tuple[dict, threading.Thread]:
+    """A `generate` on another thread, held inside its first step until `release` is set: its outputs go to
+    the returned dict's "out"."""
+    started = threading.Event()
     execute = llm.model_runner.execute
 
     def slow_execute(*args, **kwargs):
@@ -105,13 +102,19 @@ def test_add_request_and_step_wait_for_another_threads_generate(llm, expected):
         return execute(*args, **kwargs)
 
     llm.model_runner.execute = slow_execute
+    results = {}
+    thread = threading.Thread(
+        target=lambda: results.update(out=llm.generate(PROMPTS, GREEDY, use_tqdm=False)), daemon=True
+    )
+    thread.start()
+    assert started.wait(JOIN_S)
+    return results, thread
+
+
+def test_add_request_and_step_wait_for_another_threads_generate(llm, expected):
+    release = threading.Event()
     try:
-        results = {}
-        thread = threading.Thread(
-            target=lambda: results.update(out=llm.generate(PROMPTS, GREEDY, use_tqdm=False)), daemon=True
-        )
-        thread.start()
-        assert started.wait(JOIN_S)
+        results, thread = generate_held_on_the_device(llm, release)
         added = {}
         adder = threading.Thread(target=lambda: added.update(seq=llm.add_request(PROMPTS[0], GREEDY)))
         adder.start()
@@ -150,21 +153,8 @@ def test_a_step_that_failed_part_way_is_refused_until_abort_all(llm, expected, m
 
 def test_shutdown_from_another_thread_waits_for_generate_then_calls_say_shut_down(expected):
     engine = tiny_llm(num_decode_steps=2)
-    started, release = threading.Event(), threading.Event()
-    execute = engine.model_runner.execute
-
-    def slow_execute(*args, **kwargs):
-        started.set()
-        release.wait(JOIN_S)
-        return execute(*args, **kwargs)
-
-    engine.model_runner.execute = slow_execute
-    results = {}
-    thread = threading.Thread(
-        target=lambda: results.update(out=engine.generate(PROMPTS, GREEDY, use_tqdm=False)), daemon=True
-    )
-    thread.start()
-    assert started.wait(JOIN_S)
+    release = threading.Event()
+    results, thread = generate_held_on_the_device(engine, release)
     stopper = threading.Thread(target=engine.shutdown, daemon=True)
     stopper.start()
     stopper.join(0.5)
