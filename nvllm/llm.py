@@ -11,9 +11,9 @@ from typing import Any
 
 from nvllm.config import EngineConfig
 from nvllm.engine.config_resolution import engine_config
-from nvllm.engine.engine_stats import tokens_per_second
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.engine.progress import progress_bar
+from nvllm.engine.rates import tokens_per_second
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
 from nvllm.engine.request_validation import Prompt, paired, priorities, token_ids_of
 from nvllm.outputs import CompletionOutput, RequestOutput

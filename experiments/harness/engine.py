@@ -10,8 +10,8 @@ import torch
 
 from nvllm import LLM
 from nvllm.config import EngineConfig
-from nvllm.engine.engine_stats import tokens_per_second
 from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.rates import tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
 RANDOM_WEIGHTS_NOTE = (

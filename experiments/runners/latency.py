@@ -18,8 +18,8 @@ from experiments.harness.job import job_run, prepare_job
 from experiments.harness.profiling import measured_repeat, save_profile
 from experiments.harness.repeats import measure_repeats
 from nvllm import LLM
-from nvllm.engine.engine_stats import tokens_per_second
 from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.rates import tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
 PERCENTILES = (50, 90, 99)

@@ -17,8 +17,8 @@ from experiments.harness.engine import engine_metrics, measured, report
 from experiments.harness.job import job_run, prepare_job
 from experiments.harness.repeats import measure_repeats
 from nvllm import LLM
-from nvllm.engine.engine_stats import tokens_per_second
 from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.rates import tokens_per_second
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 

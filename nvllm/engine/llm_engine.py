@@ -13,17 +13,17 @@ from nvllm.config import EngineConfig
 from nvllm.engine.batch_sampling import batch_sampling, requested_logprobs
 from nvllm.engine.cascade_switch import check_cascade_switch
 from nvllm.engine.config_resolution import resolve
-from nvllm.engine.engine_stats import engine_stats
 from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
+from nvllm.engine.rates import tokens_per_second
 from nvllm.engine.request_validation import Prompt, check_priority, check_request, token_ids_of
 from nvllm.engine.scheduler_records import hand_on_scheduler_events
 from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
 from nvllm.models import model_class
 from nvllm.profiling import make_profiler
-from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak
+from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
 from nvllm.runner.dtypes import DTYPES
 from nvllm.runner.graph_plan import GraphPlan
@@ -217,7 +217,25 @@ class LLMEngine:
             self.model_runner.backend.cascade = mode  # the step builder plans with this same backend object
 
     def stats(self) -> dict:
-        return engine_stats(self)
+        """Token and time counters, start-up timings, and the model work and utilization they imply."""
+        stats = {
+            "num_kv_blocks": self.block_manager.num_blocks,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
+            "prefill_tokens": self.num_prefill_tokens,
+            "decode_tokens": self.num_decode_tokens,
+            # KV tokens decode steps read (per layer), and what they would read without cascade attention
+            "decode_kv_tokens_read": self.decode_kv_tokens_read,
+            "decode_kv_tokens_read_plain": self.decode_kv_tokens_read_plain,
+            "prefill_s": self.prefill_seconds,
+            "decode_s": self.decode_seconds,
+            "prefill_tok_per_s": tokens_per_second(self.num_prefill_tokens, self.prefill_seconds),
+            "decode_tok_per_s": tokens_per_second(self.num_decode_tokens, self.decode_seconds),
+            **self.startup_timings,
+            **self.work.stats(),
+        }
+        num_devices = self.config.parallel.tensor_parallel_size
+        return {**stats, **utilization_stats(stats, self.device_peak, num_devices)}
 
     def shutdown(self) -> None:
         """Release the device memory and the workers once the call another thread runs has ended (at once
