@@ -45,6 +45,8 @@ REQUEST_FIELDS: dict[str, type] = {
 STEPS_FILE, REQUESTS_FILE = "steps.csv", "requests.csv"
 PROFILE_FILE, SUMMARY_FILE = "profile.json", "profile.txt"
 RUN_FILES = (STEPS_FILE, REQUESTS_FILE, PROFILE_FILE)
+# written into the run dir when a run has ended (finished or failed): whoever follows its growing files stops
+END_MARKER = "run.finished"
 
 
 def new_request(request_id: int, prompt_len: int, arrival_s: float) -> dict:
