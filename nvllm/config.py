@@ -128,6 +128,9 @@ class ProfileConfig:
     enabled: bool = False
     torch_trace_steps: int = 0  # engine steps recorded with torch.profiler (a Chrome trace); 0: none
     torch_trace_start_step: int = 0  # engine steps let pass first (counted from the start or a reset)
+    # stream each step's record while the run goes: appended to the run dir's steps.csv, and a few points a
+    # second to the job's wandb run (the experiment harness starts the stream; needs `enabled`)
+    live: bool = False
 
 
 @dataclass(frozen=True)

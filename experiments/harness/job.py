@@ -26,6 +26,7 @@ from experiments.harness.config import (
     workload_config,
 )
 from experiments.harness.engine import start_engine
+from experiments.harness.live import end_marked, live_steps
 from experiments.harness.provenance import provenance
 from experiments.harness.threads import cpu_threads, thread_choice
 from experiments.harness.tracking import record, wandb_run
@@ -99,12 +100,15 @@ class JobRun:
 @contextmanager
 def job_run(job: Job) -> Iterator[JobRun]:
     """The job's CPU threads, its wandb run (config: the resolved config and the provenance) and its engine,
-    for the block."""
+    for the block; with `profile.live` the step records streamed while it goes; the end marker written into
+    the output dir when it ends."""
     with cpu_threads(job.cfg.get("cpu_threads"), job.engine.device) as threads_from:
         facts = {**provenance(job.engine.device), "torch_threads_from": threads_from}
         config = {**OmegaConf.to_container(job.cfg, resolve=True), "provenance": facts}
         with (
+            end_marked(job.output_dir),
             wandb_run(job.cfg.wandb, job.output_dir, job.name, job.job_type, config) as run,
             start_engine(job.engine) as llm,
+            live_steps(llm, job.output_dir, run),
         ):
             yield JobRun(job, llm, run, facts)

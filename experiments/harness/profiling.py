@@ -9,6 +9,7 @@ from pathlib import Path
 
 import wandb
 
+from experiments.harness.live import timeline_values
 from experiments.studies.trace_kernels import summary as kernel_summary
 from nvllm import LLM
 from nvllm.profiling.timeline import write_run_dir
@@ -43,6 +44,7 @@ def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
     if not profiler.enabled:
         return
     output_dir = Path(output_dir)
+    profiler.stop_stream()  # its rows all in steps.csv, which is written again whole: the same rows
     write_run_dir(output_dir, profiler)
     no_trace = profiler.no_trace_reason()
     trace = None if no_trace else profiler.export_trace(output_dir / TRACE_FILE)
@@ -60,9 +62,5 @@ def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
     )
     wandb_job.define_metric("timeline/*", step_metric="timeline/time_s")
     for step in profiler.steps():
-        values = {
-            key: value for key, value in step.items() if key not in ("step", "start_s", "end_s", "kind")
-        }
-        values.update(time_s=step["end_s"], is_prefill=int(step["kind"] == "prefill"))
-        wandb_job.log({f"timeline/{key}": value for key, value in values.items()})
+        wandb_job.log({f"timeline/{key}": value for key, value in timeline_values(step).items()})
     wandb_job.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in figures})

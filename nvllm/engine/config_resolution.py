@@ -150,6 +150,8 @@ def validate(config: EngineConfig) -> None:
         problems.append("profile.torch_trace_steps and profile.torch_trace_start_step must be 0 or more")
     if profile.torch_trace_steps and not profile.enabled:
         problems.append(f"profile.torch_trace_steps={profile.torch_trace_steps} needs profile.enabled=true")
+    if profile.live and not profile.enabled:
+        problems.append("profile.live=true needs profile.enabled=true")
     if problems:
         raise ValueError("invalid config: " + "; ".join(problems))
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from nvllm.config import ProfileConfig
+from nvllm.profiling.live import LiveSteps
 from nvllm.profiling.phases import format_phases
 from nvllm.profiling.report import format_summary
 from nvllm.profiling.stages import StageClock, describe
@@ -40,6 +41,7 @@ class Profiler:
         self._allocated_at_rest = 0
         self._scheduler = self._block_manager = None
         self._trace: TorchTrace | None = None
+        self._live: LiveSteps | None = None
         self.reset()
 
     # ---- set-up -------------------------------------------------------------------------------------
@@ -58,8 +60,20 @@ class Profiler:
         if self.on_cuda:
             self._allocated_at_rest = torch.cuda.memory_allocated(self.device)
 
+    def stream_to(self, live: LiveSteps) -> None:
+        """Hand each step's record to `live` as it is recorded (`profile.live`)."""
+        self._live = live
+
+    def stop_stream(self) -> None:
+        """The stream's queued records written and its thread stopped; no stream from here on."""
+        if self._live is not None:
+            self._live.close()
+            self._live = None
+
     def reset(self) -> None:
         """Forget everything recorded; a torch trace is taken again from the next step on."""
+        if self._live is not None:
+            self._live.restart()
         self.origin = time.perf_counter()
         self.clock = StageClock()
         self.device_ms: dict[str, list[float]] = {kind: [] for kind in DEVICE_KINDS.values()}
@@ -133,24 +147,25 @@ class Profiler:
         self.device_ms[kind].append(device_ms)
         scheduler, blocks = self._scheduler, self._block_manager
         preemptions_before, hits_before = self._counters_before
-        self._steps.append(
-            {
-                "step": len(self._steps),
-                "start_s": self._step_start,
-                "end_s": now,
-                "kind": kind,
-                "num_seqs": len(batch.seqs),
-                "num_tokens": num_tokens,
-                "num_decode_steps": 0 if batch.is_prefill else batch.num_steps,
-                "kv_blocks_used": blocks.num_blocks - blocks.num_free_blocks,
-                "kv_blocks_free": blocks.num_free_blocks,
-                "num_running": len(scheduler.running),
-                "num_waiting": len(scheduler.waiting),
-                "num_preemptions": scheduler.num_preemptions - preemptions_before,
-                "num_prefix_hit_tokens": blocks.num_hit_tokens - hits_before,
-                "device_ms": device_ms,
-            }
-        )
+        record = {
+            "step": len(self._steps),
+            "start_s": self._step_start,
+            "end_s": now,
+            "kind": kind,
+            "num_seqs": len(batch.seqs),
+            "num_tokens": num_tokens,
+            "num_decode_steps": 0 if batch.is_prefill else batch.num_steps,
+            "kv_blocks_used": blocks.num_blocks - blocks.num_free_blocks,
+            "kv_blocks_free": blocks.num_free_blocks,
+            "num_running": len(scheduler.running),
+            "num_waiting": len(scheduler.waiting),
+            "num_preemptions": scheduler.num_preemptions - preemptions_before,
+            "num_prefix_hit_tokens": blocks.num_hit_tokens - hits_before,
+            "device_ms": device_ms,
+        }
+        self._steps.append(record)
+        if self._live is not None:
+            self._live.put(record)
         for seq in prompts_done:
             if (record := self._requests.get(seq.seq_id)) is not None:
                 record["prefill_done_s"].append(now)

@@ -72,11 +72,16 @@ def _parse(text: str, kind: type):
     return kind(text)
 
 
+def row_cells(row: dict, fields: dict[str, type]) -> list[str]:
+    """`row`'s values as the CSV cells of `fields`, in their order."""
+    return [_cell(row[name]) for name in fields]
+
+
 def write_rows(path: Path, rows: list[dict], fields: dict[str, type]) -> None:
     with open(path, "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(fields)
-        writer.writerows([_cell(row[name]) for name in fields] for row in rows)
+        writer.writerows(row_cells(row, fields) for row in rows)
 
 
 def read_rows(path: Path, fields: dict[str, type]) -> list[dict]:
