@@ -45,7 +45,8 @@ def test_wandb_gets_the_steps_while_the_job_runs(tmp_path, monkeypatch):
 
 def test_a_run_killed_half_way_leaves_its_rows(tmp_path):
     command = [sys.executable, "-m", "nvllm.run", "+experiment=profile", *TINY, *LONG_WORKLOAD]
-    command += ["wandb.mode=disabled", "workload.output_len=2000", f"hydra.run.dir={tmp_path}"]
+    command += ["wandb.mode=disabled", "workload.num_seqs=16", "workload.output_len=1000"]
+    command += [f"hydra.run.dir={tmp_path}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL)
     steps = tmp_path / "steps.csv"
@@ -55,13 +56,15 @@ def test_a_run_killed_half_way_leaves_its_rows(tmp_path):
             assert process.poll() is None and time.monotonic() < deadline, "no rows before the end"
             time.sleep(0.05)
     finally:
+        still_running = process.poll() is None
         process.send_signal(signal.SIGKILL)
         process.wait()
+    assert still_running
     text = steps.read_text()
     assert text.splitlines()[0] == ",".join(STEP_FIELDS) and text.endswith("\n")
     rows = read_rows(steps, STEP_FIELDS)  # every row whole: each field parses
     assert len(rows) > 4 and [row["step"] for row in rows] == list(range(len(rows)))
-    assert not (tmp_path / END_MARKER).exists()
+    assert not (tmp_path / END_MARKER).exists() and not (tmp_path / "profile.json").exists()  # not its end
 
 
 def test_the_end_marker_says_a_failed_job_ended(tmp_path):
