@@ -86,6 +86,7 @@ class JobRun:
 
     def record(self, metrics: dict, per_repeat: list[dict]) -> None:
         job = self.job
+        self.llm.profiler.stop_stream()  # the live stream's thread logs to wandb too: it ends first
         results = {
             "name": job.name,
             "job_type": job.job_type,

@@ -298,6 +298,9 @@ class NullProfiler:
     def request_preempted(self, seq) -> None:
         pass
 
+    def stop_stream(self) -> None:
+        pass
+
     def reset(self) -> None:
         pass
 
