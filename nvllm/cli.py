@@ -3,7 +3,7 @@
     nvllm run [OVERRIDES]          one experiment, or a sweep with -m (= python -m nvllm.run)
     nvllm summarize SWEEP_DIR      rebuild a sweep's summary table and plot, complete or not
     nvllm compare DIR_A DIR_B      two runs or two sweeps side by side
-    nvllm visualize RUN_DIR        a run's timeline (= python -m nvllm.visualize)
+    nvllm visualize RUN_DIR        a run's timeline (= python -m nvllm.visualize; --follow: a run going on)
 
 Hydra's shell completion works through it: `eval "$(nvllm -sc install=bash)"`, then `nvllm run <TAB>`.
 """

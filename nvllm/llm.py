@@ -11,9 +11,8 @@ from typing import Any
 
 from nvllm.config import EngineConfig
 from nvllm.engine.config_resolution import engine_config
+from nvllm.engine.generation_panel import GenerationPanel
 from nvllm.engine.llm_engine import LLMEngine
-from nvllm.engine.progress import progress_bar
-from nvllm.engine.rates import tokens_per_second
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer, request_output
 from nvllm.engine.request_validation import Prompt, paired, priorities, token_ids_of
 from nvllm.outputs import CompletionOutput, RequestOutput
@@ -143,30 +142,7 @@ class LLM(LLMEngine):
         return requests
 
     def _run_until_done(self, seqs: list[Sequence], use_tqdm: bool) -> None:
-        # counted in tokens, not requests: a batch run finishes its first request late, while tokens flow
-        # from the first steps on (a rate and an ETA at once); a request that stops early counts its budget
-        max_model_len = self.config.scheduler.max_model_len
-        budgets = [min(seq.sampling_params.max_tokens, max_model_len - seq.num_prompt_tokens) for seq in seqs]
-        progress = progress_bar(sum(budgets), "Generating", enabled=use_tqdm, unit="tok")
-        start = (self.num_prefill_tokens, self.prefill_seconds, self.num_decode_tokens, self.decode_seconds)
-
-        def rate(tokens: int, seconds: float) -> str:
-            return f"{tokens_per_second(tokens, seconds):.0f}tok/s"
-
-        with progress:
+        with GenerationPanel(self, seqs, enabled=use_tqdm) as panel:
             while not self.is_finished():
                 self._step()
-                if progress.disable:
-                    continue
-                done = [seq.is_finished for seq in seqs]
-                generated = sum(
-                    budget if finished else seq.num_completion_tokens
-                    for seq, budget, finished in zip(seqs, budgets, done)
-                )
-                progress.update(generated - progress.n)
-                progress.set_postfix(
-                    requests=f"{sum(done)}/{len(seqs)}",
-                    prefill=rate(self.num_prefill_tokens - start[0], self.prefill_seconds - start[1]),
-                    decode=rate(self.num_decode_tokens - start[2], self.decode_seconds - start[3]),
-                    refresh=False,
-                )
+                panel.refresh()

@@ -2,7 +2,8 @@
 
 Reads `steps.csv`, `requests.csv` and `profile.json` (see `nvllm.profiling`) and renders into
 `RUN_DIR/figures/`: the batch of each step over time, KV-cache use with the preemptions, every request's
-lifecycle, and the stage breakdown."""
+lifecycle, and the stage breakdown. With `--follow`, draws them again as a running run's files grow, until
+the run ends (nvllm/profiling/follow.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from nvllm.profiling.follow import DEFAULT_INTERVAL_S, follow
 from nvllm.profiling.report import DEVICE_NAMES
-from nvllm.profiling.timeline import RUN_FILES, read_run_dir
+from nvllm.profiling.timeline import END_MARKER, RUN_FILES, read_run_dir
 
 FIGURES_DIR = "figures"
 FIGURE_NAMES = ("batch_size.png", "kv_cache.png", "request_lifecycles.png", "stages.png")
@@ -174,22 +176,52 @@ def plot_stages(profile: dict, path: Path) -> None:
 
 def render(run_dir: str | Path) -> list[Path]:
     """The four figures of `run_dir`'s timelines, in `run_dir/figures/`; returns their paths."""
-    run_dir = Path(run_dir)
-    steps, requests, profile = read_run_dir(run_dir)
-    figures = run_dir / FIGURES_DIR
+    return draw(run_dir, *read_run_dir(Path(run_dir)))
+
+
+def draw(
+    run_dir: str | Path, steps: list[dict], requests: list[dict] | None, profile: dict | None
+) -> list[Path]:
+    """The figures that the data allow into `run_dir/figures/` (a run still going has no requests or profile
+    yet: no lifecycles or stages); returns their paths."""
+    figures = Path(run_dir) / FIGURES_DIR
     figures.mkdir(exist_ok=True)
     paths = [figures / name for name in FIGURE_NAMES]
     plot_batches(steps, paths[0])
     plot_kv_cache(steps, paths[1])
-    plot_lifecycles(requests, steps, paths[2])
-    plot_stages(profile, paths[3])
-    return paths
+    if requests is not None:
+        plot_lifecycles(requests, steps, paths[2])
+    if profile is not None:
+        plot_stages(profile, paths[3])
+    return [path for path, data in zip(paths, (steps, steps, requests, profile)) if data is not None]
+
+
+def follow_run(run_dir: Path, interval_s: float) -> int:
+    """`--follow`: the figures drawn again as the run's files grow, until the run ends; returns the draws."""
+    print(f"following {run_dir} every {interval_s:g} s until {END_MARKER} appears", flush=True)
+
+    def redraw(steps: list[dict], requests: list[dict] | None, profile: dict | None) -> None:
+        paths = draw(run_dir, steps, requests, profile)
+        print(f"{len(steps)} steps: drew {', '.join(path.name for path in paths)}", flush=True)
+
+    return follow(run_dir, redraw, interval_s)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m nvllm.visualize", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help=f"a profiled run's dir (holding {', '.join(RUN_FILES)})")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help=f"draw again as a running run's files grow (profile.live=true), until it writes {END_MARKER}",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL_S, help="seconds between checks with --follow"
+    )
     args = parser.parse_args(argv)
+    if args.follow:
+        follow_run(args.run_dir, args.interval)
+        return
     missing = [name for name in RUN_FILES if not (args.run_dir / name).is_file()]
     if missing:
         parser.error(

@@ -11,6 +11,7 @@ import torch
 from nvllm import LLM
 from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt
+from nvllm.engine.progress import stderr_is_terminal
 from nvllm.engine.rates import tokens_per_second
 from nvllm.sampling_params import SamplingParams
 
@@ -61,9 +62,10 @@ def measured(llm: LLM) -> Iterator[dict]:
 def timed_generate(
     llm: LLM, prompts: list[Prompt], params: list[SamplingParams], use_tqdm: bool = True
 ) -> tuple[list[dict], dict]:
-    """The outputs, and nano-vLLM's throughput: generated tokens / wall time of `generate`."""
+    """The outputs, and nano-vLLM's throughput: generated tokens / wall time of `generate`. Its progress
+    panel shows when `use_tqdm` and stderr is a terminal."""
     with measured(llm) as phases:
-        outputs = llm.generate(prompts, params, use_tqdm=use_tqdm)
+        outputs = llm.generate(prompts, params, use_tqdm=use_tqdm and stderr_is_terminal())
     generated = sum(len(output["token_ids"]) for output in outputs)
     throughput = tokens_per_second(generated, phases["wall_s"])
     return outputs, {"output_tokens": generated, "output_tok_per_s": throughput, **phases}

@@ -72,6 +72,7 @@ class LLMEngine:
         self._step_failed = False  # a step raised part-way: its sequences' state is unknown until abort_all
         self._warned_priority_ignored = False
         self.prefill_seconds = self.decode_seconds = 0.0
+        self.last_batch_size = 0  # sequences in the last step's batch (the terminal panel shows it)
         self.profiler.set_memory(
             weight_bytes(config, dtype),
             self.block_manager.num_blocks * kv_bytes_per_block(config, dtype),
@@ -158,6 +159,7 @@ class LLMEngine:
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
         elapsed = time.perf_counter() - start
+        self.last_batch_size = len(current.batch.seqs)
         if current.batch.is_prefill:
             num_tokens = current.batch.num_tokens
             self.num_prefill_tokens += num_tokens

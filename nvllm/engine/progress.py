@@ -31,6 +31,15 @@ class _StderrThatNeverFails:
         return getattr(sys.stderr, name)
 
 
+def stderr_is_terminal() -> bool:
+    """Whether a person watches stderr: the command line shows its panels only then (a log file or a
+    cluster job's output gets none of their redraws)."""
+    try:
+        return sys.stderr.isatty()
+    except NO_STDERR:
+        return False
+
+
 def progress_bar(total: int, description: str, enabled: bool, unit: str = "it") -> tqdm:
     """A tqdm bar over `total` items (`unit`s) on stderr."""
     stderr = _StderrThatNeverFails()

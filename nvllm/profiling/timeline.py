@@ -9,6 +9,7 @@ prompt computed, its first token sampled)."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -84,9 +85,14 @@ def write_rows(path: Path, rows: list[dict], fields: dict[str, type]) -> None:
         writer.writerows(row_cells(row, fields) for row in rows)
 
 
-def read_rows(path: Path, fields: dict[str, type]) -> list[dict]:
+def read_rows(path: Path, fields: dict[str, type], growing: bool = False) -> list[dict]:
+    """The rows of a CSV file; `growing`: one still appended to, whose last line may be half-written (read up
+    to its last line break)."""
     with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
+        text = file.read()
+    if growing:
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
     return [{name: _parse(row[name], kind) for name, kind in fields.items()} for row in rows]
 
 

@@ -1,10 +1,15 @@
 """Ctrl-C during an experiment: one line, not a traceback; the repeats finished before it are recorded."""
 
+import fcntl
 import json
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 import time
 from pathlib import Path
 
@@ -34,11 +39,33 @@ def run_and_interrupt(tmp_path: Path, overrides: list[str], when: str) -> tuple[
         f"hydra.run.dir={run_dir}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    with open(log, "w") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+    # stderr on a terminal, as a user's: the progress panel shows only there, and says when generation runs
+    terminal, terminal_device = pty.openpty()
+    rows_columns = struct.pack("HHHH", 24, 200, 0, 0)  # a new terminal has 0 columns: no room for a bar
+    fcntl.ioctl(terminal_device, termios.TIOCSWINSZ, rows_columns)
+    with open(log, "a") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=terminal_device)
+        os.close(terminal_device)
+        copier = threading.Thread(target=copy_until_closed, args=(terminal, log))
+        copier.start()
         interrupt_when(log, when, process)
         returncode = process.wait(timeout=120)
+        copier.join(timeout=60)
     return returncode, log.read_text(errors="replace"), run_dir
+
+
+def copy_until_closed(terminal: int, log: Path) -> None:
+    """What the process writes to its terminal, appended to `log` until the process has closed it."""
+    with open(log, "ab", buffering=0) as output:
+        while True:
+            try:
+                data = os.read(terminal, 4096)
+            except OSError:  # EIO: every writer has closed the terminal
+                break
+            if not data:
+                break
+            output.write(data)
+    os.close(terminal)
 
 
 def test_ctrl_c_in_the_first_repeat_ends_with_one_line(tmp_path):
