@@ -55,4 +55,4 @@ def test_progress_is_counted_in_generated_tokens(capsys):
         prompts = [random_prompt(8, seed=seed) for seed in range(3)]
         llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in (5, 7, 9)])
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
-    assert "21/21" in bar and "tok/s" in bar and "requests=3/3" in bar
+    assert "21/21" in bar and "tok/s" in bar and "finished 3/3" in bar
