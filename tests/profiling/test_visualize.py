@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-from nvllm import SamplingParams
 from nvllm.profiling.timeline import (
     REQUEST_FIELDS,
     REQUESTS_FILE,
@@ -17,10 +16,9 @@ from nvllm.profiling.timeline import (
     new_request,
     read_run_dir,
     write_rows,
-    write_run_dir,
 )
 from nvllm.visualize import FIGURE_NAMES, lifecycle_segments, main, render
-from tests.helpers.engine_utils import random_prompt, tiny_llm
+from tests.helpers.profiled_run import write_profiled_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -34,13 +32,7 @@ def png_size(path) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("profiled-run")
-    with tiny_llm(profile=True, kvcache_block_size=16, num_kvcache_blocks=10) as llm:
-        prompts = [random_prompt(10 + 5 * i, seed=i) for i in range(6)]
-        llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True), use_tqdm=False)
-        assert llm.stats()["num_preemptions"] > 0
-        write_run_dir(directory, llm.profiler)
-        recorded = llm.profiler.steps(), llm.profiler.requests(), llm.profiler.as_dict()
-    return directory, recorded
+    return directory, write_profiled_run(directory)
 
 
 def test_run_files_read_back_as_recorded(run_dir):

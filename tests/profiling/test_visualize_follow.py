@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from nvllm import SamplingParams
 from nvllm.profiling.follow import follow
-from nvllm.profiling.timeline import END_MARKER, PROFILE_FILE, REQUESTS_FILE, STEPS_FILE, write_run_dir
+from nvllm.profiling.timeline import END_MARKER, PROFILE_FILE, REQUESTS_FILE, STEPS_FILE
 from nvllm.visualize import FIGURE_NAMES
-from tests.helpers.engine_utils import random_prompt, tiny_llm
+from tests.helpers.profiled_run import write_profiled_run
 
 INTERVAL_S = 0.02
 
@@ -24,13 +23,8 @@ INTERVAL_S = 0.02
 def finished_run(tmp_path_factory):
     """A profiled run's files, and what its profiler recorded: the oracle of what a follower reads."""
     directory = tmp_path_factory.mktemp("finished-run")
-    with tiny_llm(profile=True, kvcache_block_size=16, num_kvcache_blocks=10) as llm:
-        prompts = [random_prompt(10 + 5 * i, seed=i) for i in range(6)]
-        llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True), use_tqdm=False)
-        write_run_dir(directory, llm.profiler)
-        profile = json.loads(json.dumps(llm.profiler.as_dict()))  # as read back: lists for tuples
-        recorded = llm.profiler.steps(), llm.profiler.requests(), profile
-    return directory, recorded
+    steps, requests, profile = write_profiled_run(directory)
+    return directory, (steps, requests, json.loads(json.dumps(profile)))  # as read back: lists for tuples
 
 
 def grow_steps(run_dir, finished_dir, num_rows: int, extra_chars: int = 0) -> None:
