@@ -24,10 +24,7 @@ class GenerationPanel:
     def __init__(self, engine: LLMEngine, seqs: list[Sequence], enabled: bool):
         # counted in tokens, not requests: a batch run finishes its first request late, while tokens flow
         # from the first steps on (a rate and an ETA at once); a request that stops early counts its budget
-        max_model_len = engine.config.scheduler.max_model_len
-        self.budgets = [
-            min(seq.sampling_params.max_tokens, max_model_len - seq.num_prompt_tokens) for seq in seqs
-        ]
+        self.budgets = [engine.scheduler.stops.tokens_left(seq, seq.num_prompt_tokens) for seq in seqs]
         self.engine, self.seqs = engine, seqs
         self.bar = progress_bar(sum(self.budgets), "Generating", enabled=enabled, unit="tok")
         self.preemptions_before = engine.scheduler.num_preemptions

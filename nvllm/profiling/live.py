@@ -33,6 +33,7 @@ class TokenRate:
     def __init__(self, window_s: float = RATE_WINDOW_S):
         self.window_s = window_s
         self._recent: deque[dict] = deque()
+        self._recent_tokens = 0  # the tokens of `_recent`, kept as it changes: not summed again each step
         self._first_start_s: float | None = None
 
     def add(self, record: dict) -> float:
@@ -40,10 +41,11 @@ class TokenRate:
         if self._first_start_s is None:
             self._first_start_s = record["start_s"]
         self._recent.append(record)
+        self._recent_tokens += record["num_tokens"]
         while self._recent[0]["end_s"] <= record["end_s"] - self.window_s:
-            self._recent.popleft()
+            self._recent_tokens -= self._recent.popleft()["num_tokens"]
         span_s = min(self.window_s, record["end_s"] - self._first_start_s)
-        return sum(step["num_tokens"] for step in self._recent) / span_s if span_s > 0 else 0.0
+        return self._recent_tokens / span_s if span_s > 0 else 0.0
 
 
 class LiveSteps:
