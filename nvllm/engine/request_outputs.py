@@ -43,13 +43,13 @@ def _catch_up(seq: Sequence) -> None:
             detokenizer.add(token, check_stop=False)
 
 
-def cumulative_logprob(seq: Sequence, num_tokens: int) -> float | None:
-    """The sum of the log-probabilities of the first `num_tokens` sampled tokens (None unless the request
-    asked for `logprobs`)."""
+def logprob_sum(seq: Sequence, start: int, end: int) -> float | None:
+    """The sum of the log-probabilities of sampled tokens `start` to `end` (None unless the request asked
+    for `logprobs`)."""
     if seq.logprobs is None:
         return None
-    tokens = seq.completion_token_ids[:num_tokens]
-    return sum(entry[token] for token, entry in zip(tokens, seq.logprobs))
+    tokens = seq.completion_token_ids[start:end]
+    return sum(entry[token] for token, entry in zip(tokens, seq.logprobs[start:end]))
 
 
 def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
@@ -64,7 +64,7 @@ def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
                 finish_reason=seq.finish_reason,
                 stop_reason=seq.stop_reason,
                 logprobs=seq.logprobs,
-                cumulative_logprob=cumulative_logprob(seq, seq.num_completion_tokens),
+                cumulative_logprob=logprob_sum(seq, 0, seq.num_completion_tokens),
             )
             for index, seq in enumerate(samples)
         ],
@@ -83,6 +83,7 @@ class StreamCursor:
     def __init__(self, seq: Sequence, index: int):
         self.seq, self.index = seq, index
         self.num_tokens = 0  # completion tokens handed out
+        self.cumulative_logprob = 0.0  # theirs, kept as they go: a long stream is not summed again each time
         self.done = False
 
     def delta(self) -> CompletionOutput | None:
@@ -101,6 +102,9 @@ class StreamCursor:
         if end == self.num_tokens and not self.done:
             return None
         start, self.num_tokens = self.num_tokens, end
+        new_logprobs = logprob_sum(seq, start, end)
+        if new_logprobs is not None:
+            self.cumulative_logprob += new_logprobs
         return CompletionOutput(
             index=self.index,
             text=text,
@@ -108,5 +112,5 @@ class StreamCursor:
             finish_reason=seq.finish_reason,
             stop_reason=seq.stop_reason,
             logprobs=None if seq.logprobs is None else seq.logprobs[start:end],
-            cumulative_logprob=cumulative_logprob(seq, end),
+            cumulative_logprob=None if new_logprobs is None else self.cumulative_logprob,
         )
