@@ -26,7 +26,6 @@ from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
 from nvllm.runner.dtypes import DTYPES
-from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.block_manager import BlockManager
@@ -60,7 +59,7 @@ class LLMEngine:
             self.model_runner.backend,
             self.block_manager,
             config.scheduler.max_num_seqs,
-            GraphPlan.of(config, type(self.model_runner.backend)),
+            self.model_runner.graph_plan,
         )
         if config.compile.enabled:
             save_cache_artifacts(config.compile.cache_artifacts)  # after the last compile (rank 0's)

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from nvllm.attention.backend import AttentionBackend
+from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.step_inputs import StepInputs
 from nvllm.sampling.sampler import SamplingBatch
 
@@ -29,6 +30,7 @@ class Runner(Protocol):
     timings: dict[str, float]  # start-up seconds: load_s, compile_s (the sampler's included), capture_s
     cuda_graph_pool_bytes: int | None  # device memory the CUDA-graph capture reserved (None: no capture)
     weight_bytes: int  # bytes of the model's parameters and buffers (rank 0's shard)
+    graph_plan: GraphPlan  # the step shapes its CUDA graphs hold, which the step builder pads to
 
     def execute(
         self,

@@ -74,6 +74,7 @@ class ModelRunner:
             config.cache.block_size, config.scheduler.max_model_len, config.attention.cascade
         )
         self.timings = {"load_s": 0.0, "compile_s": 0.0, "capture_s": 0.0}
+        self.graph_plan = GraphPlan.of(config, type(self.backend))
         self.compiled_model: CompiledModel | None = None  # set by _compile
         self.graph_runner: GraphRunner | None = None
         self.trust_decode_guards = False
@@ -174,7 +175,7 @@ class ModelRunner:
             self.forward(dummy_step(self.backend, 2 * self.config.cache.block_size, 2))
         self.timings["compile_s"] = time.perf_counter() - start
         start = time.perf_counter()
-        plan = GraphPlan.of(self.config, type(self.backend))
+        plan = self.graph_plan
         if plan.has_graphs:
             logger.info("Capturing CUDA graphs")
             torch.cuda.synchronize(self.device)
