@@ -14,9 +14,9 @@ import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from experiments.harness.config import conf_dir, override_keys, register_configs
+from experiments.harness.config import conf_dir, on_cpu_left, override_keys, register_configs
 from experiments.harness.tracking import forget_results
 
 CONF_DIR = conf_dir()
@@ -28,9 +28,8 @@ def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = Fa
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     # as on the command line: a workload key the overrides set is not replaced on the CPU
-    set_keys = override_keys(overrides)
     if on_cpu := cfg.workload.on_cpu:
-        cfg.workload.on_cpu = {key: on_cpu[key] for key in on_cpu if f"workload.{key}" not in set_keys}
+        cfg.workload.on_cpu = on_cpu_left(OmegaConf.to_container(on_cpu), override_keys(overrides))
     return cfg
 
 

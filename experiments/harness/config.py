@@ -154,13 +154,18 @@ def override_keys(overrides: list[str]) -> set[str]:
     return {override.split("=", 1)[0].lstrip("+~") for override in overrides}
 
 
+def on_cpu_left(on_cpu: dict[str, Any], set_keys: set[str]) -> dict[str, Any]:
+    """The keys of `workload.on_cpu` that the command line (`set_keys`, dotted) left alone: those it set
+    stay as it set them, on the CPU too."""
+    return {key: value for key, value in on_cpu.items() if f"workload.{key}" not in set_keys}
+
+
 def workload_config(cfg: DictConfig, device: str | None = None) -> WorkloadConfig:
     """The workload, on the CPU (`device`) with `workload.on_cpu`'s keys in place of those the command
     line leaves alone."""
     values = OmegaConf.to_container(cfg.workload, resolve=True)
     if device == "cpu" and values["on_cpu"]:
-        set_keys = command_line_keys(cfg)
-        values |= {key: value for key, value in values["on_cpu"].items() if f"workload.{key}" not in set_keys}
+        values |= on_cpu_left(values["on_cpu"], command_line_keys(cfg))
     on_cpu = values.pop("on_cpu")  # a dict of keys, which to_dataclass takes for a group: checked as merged
     workload = dataclasses.replace(to_dataclass(WorkloadConfig, values), on_cpu=on_cpu)
     validate_workload(workload)
