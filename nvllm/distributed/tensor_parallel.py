@@ -9,7 +9,9 @@ The model's collectives (NCCL on CUDA, gloo on the CPU) keep the ranks in lockst
 leaves its traceback in shared memory and exits; rank 0 notices a dead worker while it waits for the
 workers or for the device (with NCCL a dead peer's collectives never end: rank 0 never waits for the device
 without looking at its workers), or when its own collective fails, and raises an error that names the
-worker. A worker ends as soon as rank 0's process does, whatever it is doing.
+worker. That collective does fail: a thread on rank 0 ends a dead worker's process group at once, with
+whatever the worker forked that would hold its connections open (`worker_group`). A worker ends as soon as
+rank 0's process does, whatever it is doing.
 
 Stopping (on `shutdown`, when the engine is collected, or at interpreter exit before multiprocessing's own
 exit handler would stop the workers its way) is bounded: the workers are told to stop and given
