@@ -38,13 +38,17 @@ class ModelConfig:
     num_key_value_heads: int = 8
     head_dim: int = 128
     rope_theta: float = 1000000.0
-    rope_scaling: str = "default"  # default | yarn (then the rope_* fields below; see nvllm.layers.rotary)
+    # default | yarn | llama3 (then the rope_* fields below that the scaling reads; see nvllm.layers.rotary)
+    rope_scaling: str = "default"
     rope_scaling_factor: float = 1.0
     rope_original_max_position_embeddings: int | None = None
     rope_beta_fast: float = 32.0
     rope_beta_slow: float = 1.0
     rope_attention_factor: float | None = None  # None: from the factor, as YaRN's paper suggests
     rope_truncate: bool = True
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths past original / low_freq_factor are interpolated
+    rope_high_freq_factor: float = 4.0  # llama3: wavelengths below original / high_freq_factor are kept
+    attention_bias: bool = False  # biases on the q, k, v and o projections (Llama's and Qwen3's key)
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40960
