@@ -13,6 +13,7 @@ MAX_TOP_K = 2**31 - 1
 # other requests of the call with it. Checked here instead.
 INT64_LIMIT = 2**63
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in [-2, 2], as in OpenAI's API and vLLM
+MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's API defines it
 
 
 def is_integer(value: object) -> bool:
@@ -45,6 +46,12 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from the logits of tokens the output holds
     frequency_penalty: float = 0.0  # times the count of each token in the output, subtracted
     repetition_penalty: float = 1.0  # divides positive / multiplies negative logits of tokens seen so far
+    min_p: float = 0.0  # tokens less likely than min_p times the likeliest one are dropped (0: off)
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, before temperature
+    allowed_token_ids: list[int] | None = None  # only these tokens can be sampled
+    bad_words: list[str] | None = None  # words whose tokens are never sampled in this sequence
+    # `bad_words` as token sequences, written by the engine at submission with its tokenizer
+    bad_words_token_ids: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
     stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
 
     def __post_init__(self) -> None:
@@ -100,6 +107,9 @@ class SamplingParams:
             raise ValueError(
                 f"repetition_penalty={self.repetition_penalty!r} must be a finite number > 0 (1: none)"
             )
+        if not is_real(self.min_p) or not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0: off)")
+        self._validate_token_filters()
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.seed = None if self.seed is None else int(self.seed)
@@ -110,6 +120,40 @@ class SamplingParams:
         self.presence_penalty = float(self.presence_penalty)
         self.frequency_penalty = float(self.frequency_penalty)
         self.repetition_penalty = float(self.repetition_penalty)
+        self.min_p = float(self.min_p)
+
+    def _validate_token_filters(self) -> None:
+        """`logit_bias`, `allowed_token_ids` and `bad_words`, held as Python ints, floats and lists; the
+        token ids are checked against the model's vocabulary at submission."""
+        bias = self.logit_bias
+        if bias is not None:
+            if not isinstance(bias, dict) or not all(
+                is_integer(t) and 0 <= t < INT64_LIMIT and is_real(b) and abs(b) <= MAX_LOGIT_BIAS
+                for t, b in bias.items()
+            ):
+                raise ValueError(
+                    f"logit_bias={bias!r} must be None or a dict of token ids (ints >= 0) to biases in "
+                    f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
+                )
+            self.logit_bias = {int(t): float(b) for t, b in bias.items()}
+        allowed = self.allowed_token_ids
+        if allowed is not None:
+            if (
+                not isinstance(allowed, (list, tuple))
+                or not allowed
+                or not all(is_integer(t) and 0 <= t < INT64_LIMIT for t in allowed)
+            ):
+                raise ValueError(
+                    f"allowed_token_ids={allowed!r} must be None or a non-empty list of token ids (ints >= 0)"
+                )
+            self.allowed_token_ids = [int(t) for t in allowed]
+        words = self.bad_words
+        if words is not None:
+            if not isinstance(words, (list, tuple)) or not all(
+                isinstance(word, str) and word.strip() for word in words
+            ):
+                raise ValueError(f"bad_words={words!r} must be None or a list of non-blank strings")
+            self.bad_words = list(words)
 
     def num_logprobs(self, vocab_size: int) -> int | None:
         """How many top log-probabilities each generated token reports (None: no log-probabilities)."""
@@ -118,6 +162,11 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def filters_tokens(self) -> bool:
+        """Whether a logit bias, allowed tokens or bad words change which tokens this request samples."""
+        return bool(self.logit_bias or self.allowed_token_ids or self.bad_words)
 
     @property
     def has_penalties(self) -> bool:

@@ -25,7 +25,9 @@ def batch_sampling(
         num_rows=num_rows,
         num_steps=num_steps,
     )
-    sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
+    sampling.processing = request_processing(
+        seqs, num_steps, model.vocab_size, model.eos_token_id, device, sampling.inv_temperatures
+    )
     return sampling
 
 

@@ -17,7 +17,13 @@ from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.rates import tokens_per_second
-from nvllm.engine.request_validation import Prompt, check_priority, check_request, token_ids_of
+from nvllm.engine.request_validation import (
+    Prompt,
+    check_priority,
+    check_request,
+    check_token_filters,
+    token_ids_of,
+)
 from nvllm.engine.scheduler_records import hand_on_scheduler_events
 from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
@@ -84,6 +90,7 @@ class LLMEngine:
         """Reject a request the engine could never serve, or would serve at a cost above its caps, before
         it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
+        check_token_filters(params, self.config.model.vocab_size, self.tokenizer)
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
         """Queue one request (`priority`: lower is served first under `scheduler.policy=priority`); its

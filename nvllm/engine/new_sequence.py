@@ -19,6 +19,8 @@ def new_sequence(token_ids: list[int], params: SamplingParams, priority: int, to
         Sequence(token_ids, dataclasses.replace(params, n=1, seed=_fork_seed(params.seed, i)), priority)
         for i in range(1, params.n)
     ]
+    for fork in forks:  # derived at submission, which `replace` does not copy
+        fork.sampling_params.bad_words_token_ids = params.bad_words_token_ids
     seq = Sequence(token_ids, params, priority, forks)
     for member in (seq, *seq.forks):
         if params.stop_strings:

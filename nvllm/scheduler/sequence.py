@@ -67,6 +67,8 @@ class Sequence:
         self.detokenizer = None
         # (Penalties, row): its token history on the device, where penalised; the sampler's request processing
         self.penalty_history = None
+        # (BadWords, row): its last output tokens on the device, where it has bad words of several tokens
+        self.bad_words_history = None
         self.arrival_time = time.time()
         self.first_token_time: float | None = None  # written by Postprocessor
         self.finished_time: float | None = None  # written by Postprocessor

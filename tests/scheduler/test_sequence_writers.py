@@ -33,6 +33,7 @@ OWNERS = {
     "finished_time": POSTPROCESS,
     "detokenizer": "nvllm.engine.request_outputs",
     "penalty_history": "nvllm.sampling.request_processing",
+    "bad_words_history": "nvllm.sampling.bad_words",
 }  # the others (seq_id, priority, num_prompt_tokens, sampling_params, generator, arrival_time): constructor's
 
 
