@@ -4,14 +4,11 @@ concurrent clients; a client that leaves mid-stream frees its blocks; bad reques
 same greedy text before and after all of it."""
 
 import asyncio
-import socket
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from nvllm import LLM
@@ -19,16 +16,11 @@ from nvllm.sampling_params import SamplingParams
 from nvllm.serving.app import build_app
 from nvllm.serving.async_engine import AsyncEngine
 from nvllm.serving.metrics import ServerMetrics
+from nvllm.serving.server import background_server
 
 PROMPTS = ["The capital of France is", "One, two, three,", "def main():", "Hello"]
 MESSAGES = [{"role": "user", "content": "Say something."}]
 MAX_TOKENS = 8
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +32,8 @@ def served():
     metrics = ServerMetrics(llm)
     engine = AsyncEngine(llm, on_finished=metrics.request_finished)
     app = build_app(engine, metrics, "tiny", max_body_bytes=20_000)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    yield url, expected, expected_chat, engine, metrics
-    server.should_exit = True
-    thread.join()
+    with background_server(app) as url:
+        yield url, expected, expected_chat, engine, metrics
     assert llm.model_runner is None  # the app's shutdown released the engine
 
 
