@@ -13,7 +13,10 @@ class ChoiceAccumulator:
     def __init__(self, endpoint: Endpoint, params: SamplingParams, tokenizer):
         self.endpoint, self.params, self.tokenizer = endpoint, params, tokenizer
         self.num_tokens = 0
-        self.gathered = [CompletionOutput(index, "", [], logprobs=[]) for index in range(params.n)]
+        # per sample: its text, tokens, log-probabilities and (finish reason, stop reason) so far
+        self.gathered = [
+            {"text": "", "tokens": [], "logprobs": [], "end": (None, None)} for _ in range(params.n)
+        ]
 
     def openings(self) -> list[dict]:
         """Chat streams open each choice with the assistant's role."""
@@ -38,8 +41,7 @@ class ChoiceAccumulator:
 
     def chunk(self, delta: CompletionOutput) -> dict:
         """A stream chunk's choice for `delta`."""
-        gathered = self.gathered[delta.index]
-        logprobs = self._logprobs(delta, len(gathered.text))
+        logprobs = self._logprobs(delta, len(self.gathered[delta.index]["text"]))
         self.add(delta)
         choice = {"index": delta.index, "logprobs": logprobs, "finish_reason": delta.finish_reason}
         if self.endpoint == "chat":
@@ -48,27 +50,26 @@ class ChoiceAccumulator:
 
     def add(self, delta: CompletionOutput) -> None:
         gathered = self.gathered[delta.index]
-        gathered.text += delta.text
-        gathered.token_ids += delta.token_ids
-        if delta.logprobs is not None:
-            gathered.logprobs += delta.logprobs
-        gathered.finish_reason, gathered.stop_reason = delta.finish_reason, delta.stop_reason
+        gathered["text"] += delta.text
+        gathered["tokens"].extend(delta.token_ids)
+        gathered["logprobs"].extend(delta.logprobs or [])
+        gathered["end"] = (delta.finish_reason, delta.stop_reason)
         self.num_tokens += len(delta.token_ids)
 
     def whole(self) -> list[dict]:
         """The gathered choices of a response that is not streamed."""
         choices = []
-        for gathered in self.gathered:
-            if self.params.logprobs is None:
-                gathered.logprobs = None
+        for index, gathered in enumerate(self.gathered):
+            logprobs = gathered["logprobs"] if self.params.logprobs is not None else None
+            whole = CompletionOutput(index, gathered["text"], gathered["tokens"], *gathered["end"], logprobs)
             choice = {
-                "index": gathered.index,
-                "logprobs": self._logprobs(gathered, 0),
-                "finish_reason": gathered.finish_reason,
-                "stop_reason": gathered.stop_reason,
+                "index": index,
+                "logprobs": self._logprobs(whole, 0),
+                "finish_reason": whole.finish_reason,
+                "stop_reason": whole.stop_reason,
             }
             if self.endpoint == "chat":
-                choices.append({**choice, "message": {"role": "assistant", "content": gathered.text}})
+                choices.append({**choice, "message": {"role": "assistant", "content": whole.text}})
             else:
-                choices.append({**choice, "text": gathered.text})
+                choices.append({**choice, "text": whole.text})
         return choices
