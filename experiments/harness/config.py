@@ -198,6 +198,25 @@ def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:
     return engine_config_from_dict(values)
 
 
+@dataclass
+class ServingSLOConfig:
+    """The serving experiment's service-level objectives: goodput counts requests within both."""
+
+    ttft_ms: float = 500.0
+    tpot_ms: float = 50.0
+
+
+@dataclass
+class ServingConfig:
+    """`+experiment=serving`: the server's URL (None: started in the job), the request rates (req/s, inf:
+    all at once) and the arrivals' burstiness (gamma shape; 1: Poisson)."""
+
+    url: str | None = None
+    request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
+    burstiness: float = 1.0
+    slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
+
+
 @cache
 def writable(cls: type) -> type:
     """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas. It is kept
@@ -227,6 +246,7 @@ RunConfig = dataclasses.make_dataclass(
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+        ("serving", ServingConfig, field(default_factory=ServingConfig)),
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
         ("cpu_threads", int | None, field(default=None)),
     ],
@@ -246,7 +266,7 @@ def register_configs() -> None:
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
         # the runner and the summary are no groups of options: each experiment names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "serving"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

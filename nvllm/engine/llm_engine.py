@@ -162,8 +162,7 @@ class LLMEngine:
         profiler.lap("wait_collect")
         finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
         hand_on_scheduler_events(self.scheduler, self.profiler)
-        if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
-            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
+        self._drop_finished_round()
         elapsed = time.perf_counter() - start
         self.last_batch_size = len(current.batch.seqs)
         if current.batch.is_prefill:
@@ -204,6 +203,20 @@ class LLMEngine:
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
+
+    def abort(self, samples: list[Sequence]) -> None:
+        """Drop one request: `samples` are the sequence `add_request` returned and its forks as they were
+        then (forks leave `Sequence.forks` when they start). Their KV blocks and token-table rows are free
+        when this returns; the other requests run on."""
+        with self._ownership.call():
+            for seq in samples:
+                self.scheduler.abort(seq)
+            self._drop_finished_round()
+            hand_on_scheduler_events(self.scheduler, self.profiler)
+
+    def _drop_finished_round(self) -> None:
+        if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
+            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
 
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""

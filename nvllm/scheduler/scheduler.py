@@ -91,6 +91,10 @@ class Scheduler:
         """What happened to requests since the last call, in order (the engine hands them on)."""
         return self.lifecycle.take_events()
 
+    def abort(self, seq: Sequence) -> None:
+        """Drop one request's sequence (see `SequenceLifecycle.abort`)."""
+        self.lifecycle.abort(seq)
+
     def abort_all(self) -> None:
         """Drop every request (after an error: the engine stays usable)."""
         self.lifecycle.abort_all()
