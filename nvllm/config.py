@@ -53,6 +53,13 @@ class ModelConfig:
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40960
     eos_token_id: int = 151645
+    # more tokens that end a sequence as EOS does: a checkpoint whose config.json or generation_config.json
+    # lists several (Llama 3.1 Instruct's end of turn beside its end of text)
+    extra_eos_token_ids: list[int] | None = None
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return (self.eos_token_id, *(self.extra_eos_token_ids or ()))
 
 
 @dataclass(frozen=True)

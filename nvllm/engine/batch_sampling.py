@@ -26,7 +26,7 @@ def batch_sampling(
         num_steps=num_steps,
     )
     sampling.processing = request_processing(
-        seqs, num_steps, model.vocab_size, model.eos_token_id, device, sampling.inv_temperatures
+        seqs, num_steps, model.vocab_size, model.eos_token_ids, device, sampling.inv_temperatures
     )
     return sampling
 

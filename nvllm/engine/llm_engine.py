@@ -56,7 +56,7 @@ class LLMEngine:
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
         )
         self.profiler = make_profiler(config.profile, self.device)
-        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
+        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_ids)
         self.profiler.watch(self.scheduler, self.block_manager)
         dtype = DTYPES[config.model.dtype]
         self.work = WorkCounter(ModelWork.of(config.model, dtype))

@@ -87,6 +87,22 @@ def rope_settings(hf: dict) -> dict[str, Any]:
     return settings
 
 
+def eos_settings(hf: dict, generation_config: Path) -> dict[str, Any]:
+    """The tokens that end a sequence: config.json's `eos_token_id` and generation_config.json's (an id or a
+    list each; vLLM stops at generation_config's too), the first as `eos_token_id`, the others as extras."""
+    listed = [hf.get("eos_token_id")]
+    if generation_config.is_file():
+        listed.append(read_config_json(generation_config).get("eos_token_id"))
+    ids = []
+    for entry in listed:
+        for token in entry if isinstance(entry, list) else [entry]:
+            if token is not None and token not in ids:
+                ids.append(token)
+    if not ids:
+        return {}
+    return {"eos_token_id": ids[0], "extra_eos_token_ids": ids[1:] or None}
+
+
 def read_config_json(config_file: Path) -> dict:
     try:
         hf = json.loads(config_file.read_text())
@@ -126,9 +142,7 @@ def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelCo
     if values["head_dim"] is None:
         values["head_dim"] = hf["hidden_size"] // hf["num_attention_heads"]
     values.setdefault("num_key_value_heads", hf["num_attention_heads"])
-    eos = hf.get("eos_token_id")
-    if eos is not None:
-        values["eos_token_id"] = eos[0] if isinstance(eos, list) else eos
+    values.update(eos_settings(hf, Path(path) / "generation_config.json"))
     values.update(rope, name=Path(path).name, path=path, architecture=architecture)
     try:
         return to_dataclass(ModelConfig, values, base or ModelConfig())

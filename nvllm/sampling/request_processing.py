@@ -18,7 +18,7 @@ def request_processing(
     seqs: list[Sequence],
     num_steps: list[int] | None,
     vocab_size: int,
-    eos_token_id: int,
+    eos_token_ids: tuple[int, ...],
     device: torch.device | str,
     inv_temperatures: torch.Tensor,
 ) -> RequestProcessing | None:
@@ -28,7 +28,7 @@ def request_processing(
     if not any(map(_asks_for_processing, params)):
         return None
     penalised = [row for row, p in enumerate(params) if p.has_penalties]
-    min_tokens = _min_tokens(seqs, eos_token_id, vocab_size, device)
+    min_tokens = _min_tokens(seqs, eos_token_ids, vocab_size, device)
     num_top = [p.num_logprobs(vocab_size) for p in params if p.logprobs is not None]
     bias = logit_bias(params, vocab_size, device)
     words = bad_words(seqs, num_steps is None, device)
@@ -78,14 +78,14 @@ def _min_p(params, inv_temperatures: torch.Tensor, device) -> MinP | None:
     )
 
 
-def _min_tokens(seqs: list[Sequence], eos_token_id: int, vocab_size: int, device) -> MinTokens | None:
+def _min_tokens(seqs: list[Sequence], eos_token_ids: tuple[int, ...], vocab_size: int, device):
     """Rows that may not stop yet: fewer output tokens (on the device, the launched rounds' included) than
-    their `min_tokens`, and a stop token to suppress."""
+    their `min_tokens`, and a stop token to suppress (a `MinTokens`, or None: no such row)."""
     rows, stop_ids, tokens_before_stop = [], [], []
     for row, seq in enumerate(seqs):
         params = seq.sampling_params
         left = params.min_tokens - (seq.device_len - seq.num_prompt_tokens)
-        ids = ([] if params.ignore_eos else [eos_token_id]) + (params.stop_token_ids or [])
+        ids = ([] if params.ignore_eos else list(eos_token_ids)) + (params.stop_token_ids or [])
         ids = [token for token in ids if token < vocab_size]  # an EOS past a small test vocabulary
         if left > 0 and ids:
             rows.append(row)

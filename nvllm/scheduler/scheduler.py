@@ -21,10 +21,10 @@ from nvllm.scheduler.token_rows import TokenRows
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_id: int):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_ids: tuple[int, ...]):
         self.config = config
         self.block_manager = block_manager
-        self.stops = stops = StopChecker(eos_token_id, config.max_model_len)
+        self.stops = stops = StopChecker(eos_token_ids, config.max_model_len)
         policy = SchedulingPolicy(config.policy)
         self.lifecycle = SequenceLifecycle(policy, block_manager, TokenRows(config.max_num_seqs))
         self.admission = Admission(config, self.lifecycle)

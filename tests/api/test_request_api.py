@@ -81,7 +81,7 @@ def test_stop_token_ids_stop_and_are_kept(llm, greedy_outputs):
 
 def test_finish_reasons_of_eos_and_length_in_the_scheduler():
     eos = 7
-    scheduler = Scheduler(SchedulerConfig(num_decode_steps=4), BlockManager(8, 16), eos_token_id=eos)
+    scheduler = Scheduler(SchedulerConfig(num_decode_steps=4), BlockManager(8, 16), eos_token_ids=(eos,))
     stops = Sequence([1, 2], SamplingParams(max_tokens=10))
     limited = Sequence([3, 4], SamplingParams(max_tokens=3))
     for seq in (stops, limited):

@@ -169,3 +169,22 @@ ACCEPTED = [  # settings that leave the model as it is
 def test_a_setting_that_leaves_the_model_unchanged_is_accepted(tmp_path, family, changes):
     config = model_from_checkpoint(config_json(tmp_path, family, **changes))
     assert config.architecture == FAMILIES[family][1].__name__
+
+
+def test_every_end_of_sequence_token_a_checkpoint_lists_stops_generation(tmp_path):
+    """Llama 3.1 Instruct lists three EOS ids (config.json and generation_config.json): each ends a sequence
+    as EOS does (finish reason "stop", no stop reason), as in vLLM."""
+    path = write_family_checkpoint(tmp_path, "llama3", eos_token_id=[151643, 151645])
+    prompt = list(range(1000, 1010))
+    with engine(path) as llm:
+        free = llm.generate(
+            [prompt], SamplingParams(max_tokens=6, temperature=0, ignore_eos=True), use_tqdm=False
+        )
+    tokens = free[0].outputs[0].token_ids
+    assert tokens[2] not in tokens[:2]
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [151645, tokens[2]]}))
+    assert model_from_checkpoint(str(path)).eos_token_ids == (151643, 151645, tokens[2])
+    with engine(path) as llm:
+        stopped = llm.generate([prompt], SamplingParams(max_tokens=6, temperature=0), use_tqdm=False)
+    sample = stopped[0].outputs[0]
+    assert sample.token_ids == tokens[:3] and (sample.finish_reason, sample.stop_reason) == ("stop", None)

@@ -22,7 +22,7 @@ def draw(logits: list[float], params: SamplingParams, num_draws: int = NUM_DRAWS
     """`num_draws` samples of one row of logits, with the request processing the engine would build."""
     seqs = [Sequence([0], params) for _ in range(num_draws)]
     batch = Sampler.prepare([params] * num_draws, [None] * num_draws, "cpu")
-    batch.processing = request_processing(seqs, None, len(logits), 10**9, "cpu", batch.inv_temperatures)
+    batch.processing = request_processing(seqs, None, len(logits), (10**9,), "cpu", batch.inv_temperatures)
     return Sampler().sample(torch.tensor([logits]).repeat(num_draws, 1), batch, step)
 
 
@@ -99,7 +99,7 @@ def test_bad_words_ban_their_last_token_after_their_prefix_over_rounds():
         num_steps = None if from_host else [4] * len(batch_seqs)
         batch = Sampler.prepare([s.sampling_params for s in batch_seqs], [None] * len(batch_seqs), "cpu")
         batch.processing = request_processing(
-            batch_seqs, num_steps, vocab_size, 10**9, "cpu", batch.inv_temperatures
+            batch_seqs, num_steps, vocab_size, (10**9,), "cpu", batch.inv_temperatures
         )
         for step in range(1 if from_host else 4):
             logits = torch.zeros(len(batch_seqs), vocab_size)
