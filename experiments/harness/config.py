@@ -154,6 +154,17 @@ def override_keys(overrides: list[str]) -> set[str]:
     return {override.split("=", 1)[0].lstrip("+~") for override in overrides}
 
 
+def checkpoint_overrides(overrides: list[str]) -> list[str]:
+    """`model=org/name` or `model=DIR` as `model.path=...`: Hydra's `model` group holds the presets alone
+    (a value with a slash is a config file path to it), while a checkpoint, local or on the hub, is
+    `model.path` (its architecture over the default preset's)."""
+    return [
+        f"model.path={value}" if key == "model" and "/" in value and value not in PRESETS else override
+        for override in overrides
+        for key, _, value in [override.partition("=")]
+    ]
+
+
 def on_cpu_left(on_cpu: dict[str, Any], set_keys: set[str]) -> dict[str, Any]:
     """The keys of `workload.on_cpu` that the command line (`set_keys`, dotted) left alone: those it set
     stay as it set them, on the CPU too."""
