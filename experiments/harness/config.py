@@ -77,6 +77,14 @@ class SummaryConfig:
 
 
 @dataclass
+class ValidateConfig:
+    """`+experiment=validate`: the prompts whose greedy generations are compared with transformers'."""
+
+    prompts: str | None = None  # a text file, one prompt a line; None: a few built-in prompts
+    max_tokens: int = 32  # tokens generated per prompt
+
+
+@dataclass
 class RunnerConfig:
     """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
 
@@ -237,6 +245,7 @@ RunConfig = dataclasses.make_dataclass(
         ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
+        ("validate", ValidateConfig, field(default_factory=ValidateConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
         ("cpu_threads", int | None, field(default=None)),
@@ -256,8 +265,8 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
-        # the runner and the summary are no groups of options: each experiment names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
+        # the runner, the summary and validate are no groups of options: each experiment names its runner
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "validate"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))
