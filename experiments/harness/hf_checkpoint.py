@@ -26,14 +26,15 @@ def hf_config(model: ModelConfig) -> dict:
     for ours in ENGINE_FIELDS:
         fields.pop(ours)
     return {
-        "rope_theta": model.rope_theta,
-        **fields,
-        "architectures": [model.architecture],
-        "model_type": model.architecture.removesuffix("ForCausalLM").lower(),
+        # what the engine implements for every family, unless the config says otherwise (a field of its own)
         "hidden_act": "silu",
         "attention_bias": False,
         "torch_dtype": "float32",
         "bos_token_id": 151643,
+        "rope_theta": model.rope_theta,
+        **fields,
+        "architectures": [model.architecture],
+        "model_type": model.architecture.removesuffix("ForCausalLM").lower(),
     }
 
 

@@ -94,5 +94,7 @@ def test_experiments_name_a_hub_id_as_model_path_or_as_model(offline_hub):
         config = engine_config_from_run_config(compose_config([override, "model.revision=v1"]))
         assert Path(config.model.path) == snapshot(offline_hub, V1), override
         assert config.model.name == REPO_ID
+    local = snapshot(offline_hub, MAIN)
+    assert engine_config_from_run_config(compose_config([f"model={local}"])).model.path == str(local)
     with pytest.raises(ValueError, match=r"model.path='tiny' names a preset: model=tiny builds it"):
         engine_config_from_run_config(compose_config(["model.path=tiny"]))
