@@ -23,7 +23,8 @@ class ModelConfig:
     Qwen3-0.6B's published shape; `nvllm.models.presets` names the others."""
 
     name: str = "qwen3-0.6b"
-    path: str | None = None  # an HF checkpoint dir; None = seeded random weights of this architecture
+    path: str | None = None  # HF checkpoint dir or hub id; None = seeded random weights of this architecture
+    revision: str | None = None  # a hub id's branch, tag or commit (None: its main branch)
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     # none | fp8: the decoder layers' matmul weights stored in float8 (e4m3), each output channel with its
     # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and

@@ -77,6 +77,14 @@ class SummaryConfig:
 
 
 @dataclass
+class ValidateConfig:
+    """`+experiment=validate`: the prompts whose greedy generations are compared with transformers'."""
+
+    prompts: str | None = None  # a text file, one prompt a line; None: a few built-in prompts
+    max_tokens: int = 32  # tokens generated per prompt
+
+
+@dataclass
 class RunnerConfig:
     """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
 
@@ -152,6 +160,17 @@ def command_line_keys(cfg: DictConfig) -> set[str]:
 
 def override_keys(overrides: list[str]) -> set[str]:
     return {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+
+
+def checkpoint_overrides(overrides: list[str]) -> list[str]:
+    """`model=org/name` or `model=DIR` as `model.path=...`: Hydra's `model` group holds the presets alone
+    (a value with a slash is a config file path to it), while a checkpoint, local or on the hub, is
+    `model.path` (its architecture over the default preset's)."""
+    return [
+        f"model.path={value}" if key == "model" and "/" in value and value not in PRESETS else override
+        for override in overrides
+        for key, _, value in [override.partition("=")]
+    ]
 
 
 def on_cpu_left(on_cpu: dict[str, Any], set_keys: set[str]) -> dict[str, Any]:
@@ -245,6 +264,7 @@ RunConfig = dataclasses.make_dataclass(
         ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
+        ("validate", ValidateConfig, field(default_factory=ValidateConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
         ("serving", ServingConfig, field(default_factory=ServingConfig)),
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
@@ -265,8 +285,9 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
-        # the runner and the summary are no groups of options: each experiment names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "serving"):
+        # the runner, the summary and each runner's own settings are no groups of options: each experiment
+        # names its runner
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "serving", "validate"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))
