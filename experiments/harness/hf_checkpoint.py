@@ -19,20 +19,47 @@ from nvllm.models.weights import random_tensors
 ENGINE_FIELDS = ("name", "path", "revision", "dtype", "quantization", "architecture")
 
 
+# each RoPE scaling's keys in transformers' `rope_parameters` (nvllm.models.hf_config reads them back)
+ROPE_PARAMETERS = {
+    "default": (),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "truncate",
+    ),
+}
+
+
+def rope_parameters(model: ModelConfig) -> dict:
+    """transformers 5's `rope_parameters` of `model` (ModelConfig names the factor `rope_scaling_factor`)."""
+    fields = asdict(model) | {"rope_factor": model.rope_scaling_factor}
+    parameters = {"rope_type": model.rope_scaling, "rope_theta": model.rope_theta}
+    for key in ROPE_PARAMETERS[model.rope_scaling]:
+        if fields[f"rope_{key}"] is not None:
+            parameters[key] = fields[f"rope_{key}"]
+    return parameters
+
+
 def hf_config(model: ModelConfig) -> dict:
     """`model`'s config.json. transformers' model_type is the architecture's class name without
     `ForCausalLM`, lower-cased (qwen3, llama, qwen2, mistral)."""
     fields = {key: value for key, value in asdict(model).items() if not key.startswith("rope_")}
-    for ours in ENGINE_FIELDS:
+    for ours in (*ENGINE_FIELDS, "extra_eos_token_ids"):
         fields.pop(ours)
+    eos = list(model.eos_token_ids)
     return {
         # what the engine implements for every family, unless the config says otherwise (a field of its own)
         "hidden_act": "silu",
-        "attention_bias": False,
         "torch_dtype": "float32",
         "bos_token_id": 151643,
-        "rope_theta": model.rope_theta,
+        "sliding_window": None,  # full attention (Mistral's config takes a window where the key is absent)
         **fields,
+        "eos_token_id": eos[0] if len(eos) == 1 else eos,
+        "rope_parameters": rope_parameters(model),
         "architectures": [model.architecture],
         "model_type": model.architecture.removesuffix("ForCausalLM").lower(),
     }

@@ -63,3 +63,24 @@ def test_an_engine_running_other_weights_fails_naming_the_divergence(
 def test_an_unreadable_prompts_file_is_named(tmp_path):
     with pytest.raises(ValueError, match="validate.prompts='/no/such/file': not a readable text file"):
         run_validate(tmp_path, "model=tiny", "validate.prompts=/no/such/file")
+
+
+# the tiny preset's shape as each other family: random weights the engine draws, written as that family's
+# checkpoint, which transformers then runs as its own Llama (llama3 RoPE, tied), Qwen2 or Mistral
+FAMILY_OVERRIDES = {
+    "llama": [
+        "model.architecture=LlamaForCausalLM",
+        "model.attention_bias=true",
+        "model.rope_scaling=llama3",
+        "model.rope_scaling_factor=8.0",
+        "model.rope_original_max_position_embeddings=64",
+    ],
+    "qwen2": ["model.architecture=Qwen2ForCausalLM"],
+    "mistral": ["model.architecture=MistralForCausalLM", "model.tie_word_embeddings=false"],
+}
+
+
+@pytest.mark.parametrize("family", FAMILY_OVERRIDES)
+def test_a_preset_of_each_family_is_checked_on_its_random_weights(tmp_path, capsys, family):
+    metrics = run_validate(tmp_path, "model=tiny", "validate.max_tokens=6", *FAMILY_OVERRIDES[family])
+    assert metrics["passed"] and metrics["num_followed"] == len(validate.BUILTIN_PROMPTS), capsys.readouterr()
