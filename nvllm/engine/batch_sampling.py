@@ -7,6 +7,7 @@ import torch
 
 from nvllm.config import ModelConfig
 from nvllm.sampling.logits_processors import Logprobs
+from nvllm.sampling.prompt_logprobs import prompt_logprobs
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.scheduler.scheduler import ScheduledBatch
@@ -26,6 +27,8 @@ def batch_sampling(
         num_steps=num_steps,
     )
     sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
+    if batch.is_prefill:
+        sampling.prompt_logprobs = prompt_logprobs(batch.seqs, batch.num_new_tokens, model.vocab_size, device)
     return sampling
 
 

@@ -153,7 +153,9 @@ class LLMEngine:
         generated_before = self.scheduler.num_generated_tokens
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
-        finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
+        finished = self.scheduler.postprocess(
+            current.batch, sampled_tokens, current.sampled_logprobs(), current.prompt_logprobs()
+        )
         hand_on_scheduler_events(self.scheduler, self.profiler)
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
@@ -191,7 +193,9 @@ class LLMEngine:
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
         logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
-        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs)
+        launched = LaunchedBatch(
+            batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs, sampling.prompt_logprobs
+        )
         profiler.lap("launch")
         return launched
 

@@ -66,6 +66,7 @@ def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
     first = samples[0]
     return RequestOutput(
         prompt_token_ids=first.token_ids[: first.num_prompt_tokens],
+        prompt_logprobs=first.prompt_logprobs,
         outputs=[
             CompletionOutput(
                 index=index,
