@@ -28,7 +28,9 @@ def batch_sampling(
     )
     sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
     if batch.is_prefill:
-        sampling.prompt_logprobs = prompt_logprobs(batch.seqs, batch.num_new_tokens, model.vocab_size, device)
+        sampling.step_prompt_logprobs = prompt_logprobs(
+            batch.seqs, batch.num_new_tokens, model.vocab_size, device
+        )
     return sampling
 
 

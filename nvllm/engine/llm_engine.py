@@ -194,7 +194,12 @@ class LLMEngine:
         self.scheduler.launched(batch)
         logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
         launched = LaunchedBatch(
-            batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs, sampling.prompt_logprobs
+            batch,
+            tokens,
+            self.model_runner.wait_for_device,
+            logprobs,
+            num_logprobs,
+            sampling.step_prompt_logprobs,
         )
         profiler.lap("launch")
         return launched

@@ -259,7 +259,7 @@ class ModelRunner:
             if inputs.prompt_logits_indices is not None:
                 logits, prompt_logits = logits[: inputs.num_logits], logits[inputs.num_logits :]
                 if sampling is not None:
-                    sampling.prompt_logprobs.record(prompt_logits)
+                    sampling.step_prompt_logprobs.record(prompt_logits)
             if sample is not None:
                 sampled = sample(logits, index)
             else:

@@ -65,7 +65,7 @@ class SamplingBatch:
     # penalties, min_tokens, logprobs: None unless a request of the batch asks for one
     processing: RequestProcessing | None = None
     # a prefill step's prompt log-probabilities, recorded by the runner; None unless a request asks
-    prompt_logprobs: PromptLogprobs | None = None
+    step_prompt_logprobs: PromptLogprobs | None = None
 
 
 # `compile.sampler`: auto (compiled where the model is compiled on CUDA), on, off
