@@ -100,3 +100,19 @@ def test_prompt_logprobs_respect_max_logprobs(tiny_checkpoint):
         assert llm.generate([PROMPTS[0]], SamplingParams(prompt_logprobs=2, max_tokens=1), use_tqdm=False)
     with pytest.raises(ValueError, match="prompt_logprobs"):
         SamplingParams(prompt_logprobs=-2)
+
+
+def test_a_prompt_preempted_between_chunks_resumes_its_prompt_logprobs(tiny_checkpoint, hf_model):
+    """Preempted after its first chunk, the request is admitted again: the blocks of positions already
+    recorded come from the prefix cache, the others are computed again, and each position is recorded
+    once."""
+    prompt = PROMPTS[0]
+    with engine(tiny_checkpoint, max_num_batched_tokens=10) as llm:
+        seq = llm.add_request(prompt, SamplingParams(max_tokens=2, prompt_logprobs=1))
+        llm.step()
+        assert seq.computed_len == 10 and len(seq.prompt_logprobs) == 11
+        llm.scheduler.lifecycle.preempt(seq)
+        while not llm.is_finished():
+            llm.step()
+        assert seq.cached_len == 8  # the two full blocks before position 10
+    assert_matches(seq.prompt_logprobs, prompt, expected_logprobs(hf_model, prompt), 1)
