@@ -52,6 +52,11 @@ class SamplingParams:
     bad_words: list[str] | None = None  # words whose tokens are never sampled in this sequence
     # `bad_words` as token sequences, written by the engine at submission with its tokenizer
     bad_words_token_ids: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    # per prompt position after the first: the prompt token's and the top-k log-probabilities (-1: all)
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True  # the tokens marked special leave no text (vLLM's default)
+    spaces_between_special_tokens: bool = True  # vLLM's; byte-level tokenizers put none either way
+    detokenize: bool = True  # False: token ids only, every text ""
     stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
 
     def __post_init__(self) -> None:
@@ -103,6 +108,18 @@ class SamplingParams:
             value = getattr(self, name)
             if not is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
                 raise ValueError(f"{name}={value!r} must be a number in [-2, 2]")
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is not None and (
+            not is_integer(prompt_logprobs) or not -1 <= prompt_logprobs < INT64_LIMIT
+        ):
+            raise ValueError(
+                f"prompt_logprobs={prompt_logprobs!r} must be None, -1 (all) or an integer in [0, 2**63)"
+            )
+        for name in ("skip_special_tokens", "spaces_between_special_tokens", "detokenize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if not self.detokenize and stop:
+            raise ValueError(f"stop={self.stop!r} needs the text: it cannot be used with detokenize=False")
         if not is_real(self.repetition_penalty) or not 0 < self.repetition_penalty <= sys.float_info.max:
             raise ValueError(
                 f"repetition_penalty={self.repetition_penalty!r} must be a finite number > 0 (1: none)"
@@ -115,6 +132,7 @@ class SamplingParams:
         self.seed = None if self.seed is None else int(self.seed)
         self.n, self.min_tokens = int(self.n), int(self.min_tokens)
         self.logprobs = None if self.logprobs is None else int(self.logprobs)
+        self.prompt_logprobs = None if prompt_logprobs is None else int(prompt_logprobs)
         self.stop_strings = list(stop or [])
         self.stop_token_ids = None if stop_ids is None else [int(t) for t in stop_ids]
         self.presence_penalty = float(self.presence_penalty)
@@ -158,6 +176,10 @@ class SamplingParams:
     def num_logprobs(self, vocab_size: int) -> int | None:
         """How many top log-probabilities each generated token reports (None: no log-probabilities)."""
         return vocab_size if self.logprobs == -1 else self.logprobs
+
+    def num_prompt_logprobs(self, vocab_size: int) -> int | None:
+        """How many top log-probabilities each prompt position reports (None: no prompt log-probabilities)."""
+        return vocab_size if self.prompt_logprobs == -1 else self.prompt_logprobs
 
     @property
     def is_greedy(self) -> bool:

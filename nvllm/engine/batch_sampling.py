@@ -7,6 +7,7 @@ import torch
 
 from nvllm.config import ModelConfig
 from nvllm.sampling.logits_processors import Logprobs
+from nvllm.sampling.prompt_logprobs import prompt_logprobs
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.scheduler.scheduler import ScheduledBatch
@@ -28,6 +29,10 @@ def batch_sampling(
     sampling.processing = request_processing(
         seqs, num_steps, model.vocab_size, model.eos_token_ids, device, sampling.inv_temperatures
     )
+    if batch.is_prefill:
+        sampling.step_prompt_logprobs = prompt_logprobs(
+            batch.seqs, batch.num_new_tokens, model.vocab_size, device
+        )
     return sampling
 
 

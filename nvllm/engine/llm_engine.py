@@ -160,7 +160,9 @@ class LLMEngine:
         generated_before = self.scheduler.num_generated_tokens
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
-        finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
+        finished = self.scheduler.postprocess(
+            current.batch, sampled_tokens, current.sampled_logprobs(), current.prompt_logprobs()
+        )
         hand_on_scheduler_events(self.scheduler, self.profiler)
         self._drop_finished_round()
         elapsed = time.perf_counter() - start
@@ -197,7 +199,14 @@ class LLMEngine:
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
         logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
-        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs)
+        launched = LaunchedBatch(
+            batch,
+            tokens,
+            self.model_runner.wait_for_device,
+            logprobs,
+            num_logprobs,
+            sampling.step_prompt_logprobs,
+        )
         profiler.lap("launch")
         return launched
 

@@ -128,14 +128,18 @@ def check_request(
     bad_stops = [t for t in params.stop_token_ids or [] if not t < vocab_size]
     if bad_stops:
         raise ValueError(f"stop_token_ids {bad_stops[:5]} outside the vocabulary [0, {vocab_size})")
-    if params.logprobs is not None and params.logprobs > vocab_size:
-        raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {vocab_size}")
     max_logprobs = config.scheduler.max_logprobs
-    if params.logprobs is not None and max_logprobs != -1 and params.num_logprobs(vocab_size) > max_logprobs:
-        raise ValueError(
-            f"logprobs={params.logprobs} asks for more log-probabilities per token than "
-            f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
-        )
+    for name, num_top in (
+        ("logprobs", params.num_logprobs(vocab_size)),
+        ("prompt_logprobs", params.num_prompt_logprobs(vocab_size)),
+    ):
+        if num_top is not None and num_top > vocab_size:
+            raise ValueError(f"{name}={num_top} exceeds the vocabulary size {vocab_size}")
+        if num_top is not None and max_logprobs != -1 and num_top > max_logprobs:
+            raise ValueError(
+                f"{name}={getattr(params, name)} asks for more log-probabilities per token than "
+                f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
+            )
     if params.n > config.scheduler.max_num_seqs:
         raise ValueError(
             f"n={params.n} samples run at once, beyond scheduler.max_num_seqs={config.scheduler.max_num_seqs}"

@@ -83,9 +83,10 @@ class Scheduler:
         batch: ScheduledBatch,
         sampled_token_ids: list[list[int]],
         sampled_logprobs: list[list[dict[int, float]]] | None = None,
+        prompt_logprobs: list[list[dict[int, float]]] | None = None,
     ) -> list[Sequence]:
         """The finished sequences (see `Postprocessor.postprocess`)."""
-        return self.postprocessor.postprocess(batch, sampled_token_ids, sampled_logprobs)
+        return self.postprocessor.postprocess(batch, sampled_token_ids, sampled_logprobs, prompt_logprobs)
 
     def take_events(self) -> list[SchedulerEvent]:
         """What happened to requests since the last call, in order (the engine hands them on)."""

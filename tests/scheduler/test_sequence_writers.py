@@ -27,6 +27,7 @@ OWNERS = {
     "num_in_flight_tokens": POSTPROCESS,
     "forks": POSTPROCESS,
     "logprobs": POSTPROCESS,
+    "prompt_logprobs": POSTPROCESS,
     "finish_reason": POSTPROCESS,
     "stop_reason": POSTPROCESS,
     "first_token_time": POSTPROCESS,

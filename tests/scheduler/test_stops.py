@@ -106,7 +106,10 @@ def test_stop_strings_through_the_detokenizer(tokenizer, params, expected, text)
     assert len(token_ids) == 6
     seq = sequence(**params)
     seq.detokenizer = IncrementalDetokenizer(
-        tokenizer, seq.sampling_params.stop_strings, seq.sampling_params.include_stop_str_in_output
+        tokenizer,
+        seq.sampling_params.stop_strings,
+        seq.sampling_params.include_stop_str_in_output,
+        skip_special_tokens=seq.sampling_params.skip_special_tokens,
     )
     assert StopChecker((tokenizer.eos_token_id,), max_model_len=100).take(seq, token_ids) == expected
     seq.detokenizer.finish()
