@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.harness.batch_config import BatchConfig
 from nvllm.config import EngineConfig, to_dataclass
 from nvllm.engine.config_resolution import engine_config_from_dict
 from nvllm.models.presets import PRESETS
@@ -227,6 +228,7 @@ RunConfig = dataclasses.make_dataclass(
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+        ("batch", BatchConfig, field(default_factory=BatchConfig)),  # the batch experiment's
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
         ("cpu_threads", int | None, field(default=None)),
     ],
@@ -246,7 +248,7 @@ def register_configs() -> None:
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
         # the runner and the summary are no groups of options: each experiment names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "batch"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))
