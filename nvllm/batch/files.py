@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 from nvllm.batch.rows import ID_COLUMN, check_columns
@@ -84,7 +85,8 @@ class OutputDir:
             raise ValueError(f"batch.format={output_format!r} must be one of {FORMATS}")
         self.path = Path(path)
         self.format = output_format
-        self.run_stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        # unique to this writer: two runs into one dir never name a part alike
+        self.run_stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.parts_written = 0
 
     def parts(self) -> list[Path]:

@@ -64,6 +64,8 @@ def test_parts_are_written_whole_and_read_back(tmp_path):
     output.write([{"id": 1, "text": "b"}, {"id": 2, "text": "c"}])
     assert output.done_ids() == {0, 1, 2} and len(output.parts()) == 2
     assert not list((tmp_path / "out").glob(".*"))  # no temporary file left
+    OutputDir(tmp_path / "out", "jsonl").write([{"id": 3, "text": "d"}])  # another run, the same second
+    assert output.done_ids() == {0, 1, 2, 3}
 
 
 def test_a_stopped_run_resumed_writes_only_the_missing_rows(tmp_path, no_ray, capsys):
