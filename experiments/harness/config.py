@@ -244,6 +244,9 @@ def register_configs() -> None:
     never on import."""
     from hydra.core.config_store import ConfigStore
 
+    from experiments.harness.plugins import expose_hydra_plugins
+
+    expose_hydra_plugins()  # before Hydra lists its plugins: nvllm's Ray launcher from any install
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():

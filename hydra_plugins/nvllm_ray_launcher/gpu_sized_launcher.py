@@ -1,34 +1,48 @@
-"""Hydra's Ray launcher (hydra-ray-launcher) with each job's resources its own: a job runs as a Ray task
-that reserves `num_gpus` = its tensor-parallel size (none for a CPU job), read from the job's composed
-config, so that a sweep over `parallel` packs onto the cluster's GPUs as its jobs need them. The published
-launcher gives every job the same `hydra.launcher.ray.remote` options; those stay the base here.
+"""Hydra's Ray launcher with each job's resources its own: a job runs as a Ray task that reserves
+`num_gpus` = its tensor-parallel size (none for a CPU job), read from the job's composed config, so that a
+sweep over `parallel` packs onto the cluster's GPUs as its jobs need them. The published hydra-ray-launcher
+gives every job the same `hydra.launcher.ray.remote` options; its job runner runs each job here.
+
 Registered as `hydra/launcher=ray` in place of the published launcher's config of that name: a local Ray
-instance unless `hydra.launcher.ray.init.address=auto` (or ray://HOST:10001) joins a cluster."""
+instance unless `hydra.launcher.ray.init.address=auto` (or ray://HOST:10001) joins a cluster. Nothing of
+Ray is imported until a sweep launches: without the `ray` extra, Hydra's plugin scan stays quiet."""
 
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides, setup_globals
-from hydra_plugins.hydra_ray_launcher._config import RayConf  # registers the published config first
-from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
-from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+try:  # the published launcher registers its `ray` config on import: first, so that ours replaces it
+    import hydra_plugins.hydra_ray_launcher._config  # noqa: F401
+except ImportError:  # without the `ray` extra this launcher is listed, and refuses to launch
+    pass
+
 log = logging.getLogger(__name__)
+MISSING_EXTRA = 'hydra/launcher=ray needs Ray and hydra-ray-launcher: pip install -e ".[ray]"'
+
+
+@dataclass
+class RaySettings:
+    init: dict[str, Any] = field(default_factory=lambda: {"address": None})  # ray.init's arguments
+    remote: dict[str, Any] = field(default_factory=dict)  # every job's further task options; not num_gpus
 
 
 @dataclass
 class GpuSizedRayLauncherConf:
     _target_: str = "hydra_plugins.nvllm_ray_launcher.gpu_sized_launcher.GpuSizedRayLauncher"
-    # ray.init's arguments (address, num_cpus, include_dashboard...) and every job's further remote
-    # options (num_cpus, memory, max_retries...); num_gpus is the job's own
-    ray: RayConf = field(default_factory=RayConf)
+    ray: RaySettings = field(default_factory=RaySettings)
 
 
+# Hydra loads a plugin's module outside sys.modules: no `from __future__ import annotations` here, which
+# would leave the dataclasses' annotations to be looked up there
 ConfigStore.instance().store(
     group="hydra/launcher", name="ray", node=GpuSizedRayLauncherConf, provider="nvllm"
 )
@@ -43,10 +57,24 @@ def job_gpus(job_config: DictConfig, cluster_gpus: float) -> int:
     return job_config.parallel.tensor_parallel_size
 
 
-class GpuSizedRayLauncher(RayLauncher):
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import ray
+class GpuSizedRayLauncher(Launcher):
+    def __init__(self, ray: DictConfig) -> None:
+        self.ray_cfg = ray
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
 
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        try:
+            import ray
+            from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
+        except ImportError:
+            raise ValueError(MISSING_EXTRA) from None
         setup_globals()
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -62,13 +90,9 @@ class GpuSizedRayLauncher(RayLauncher):
             with open_dict(job_config):
                 job_config.hydra.job.id = f"ray_job_{number}"  # no scheduler names the job here
                 job_config.hydra.job.num = number
+            remote_config = OmegaConf.create(remote)
+            state = Singleton.get_state()
             pending.append(
-                launch_job_on_ray(
-                    self.hydra_context,
-                    OmegaConf.create(remote),
-                    job_config,
-                    self.task_function,
-                    Singleton.get_state(),
-                )
+                launch_job_on_ray(self.hydra_context, remote_config, job_config, self.task_function, state)
             )
         return [ray.get(job) for job in pending]
