@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nvllm.batch.rows import completed, prompt_of
+from nvllm.batch.rows import completed, prompt_of, row_sampling_params
 from nvllm.config import EngineConfig
 from nvllm.sampling_params import SamplingParams
 from nvllm.tokenizer.chat import chat_prompts
@@ -26,13 +26,14 @@ class Replica:
 
     def complete(self, rows: list[dict]) -> list[dict]:
         """Each row with its completion, in order: the rows go through the engine in one `generate`."""
-        prompts = []
+        prompts, params = [], []
         for row in rows:
             kind, prompt = prompt_of(row)
             if kind == "messages":
                 [prompt] = chat_prompts(self.llm.tokenizer, [list(prompt)], self.chat_template_kwargs)
             prompts.append(prompt)
-        outputs = self.llm.generate(prompts, self.sampling_params, use_tqdm=False)
+            params.append(row_sampling_params(row, self.sampling_params))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [completed(row, output) for row, output in zip(rows, outputs, strict=True)]
 
     def __call__(self, batch: Any) -> Any:

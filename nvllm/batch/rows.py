@@ -3,12 +3,15 @@ completion adds to it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from nvllm.outputs import RequestOutput
+from nvllm.sampling_params import SamplingParams
 
 ID_COLUMN = "id"
+SAMPLING_COLUMN = "sampling_params"  # optional: a row's own fields over the batch's, as vLLM's Ray Data rows
 PROMPT_COLUMNS = ("prompt", "messages")
 OUTPUT_COLUMNS = ("text", "token_ids", "finish_reason", "num_prompt_tokens")
 
@@ -30,6 +33,13 @@ def prompt_of(row: dict) -> tuple[str, Any]:
     if row.get("messages") is not None:
         return "messages", row["messages"]
     raise ValueError(f"row {row.get(ID_COLUMN)!r} has neither a prompt nor messages")
+
+
+def row_sampling_params(row: dict, default: SamplingParams) -> SamplingParams:
+    """The batch's sampling parameters with the row's `sampling_params` fields over them. A field the row
+    leaves empty is None (a Parquet or Arrow column of structs has every key on every row): not set."""
+    fields = {key: value for key, value in (row.get(SAMPLING_COLUMN) or {}).items() if value is not None}
+    return dataclasses.replace(default, **fields) if fields else default
 
 
 def completed(row: dict, output: RequestOutput) -> dict:

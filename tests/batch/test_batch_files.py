@@ -128,3 +128,18 @@ def test_a_chat_row_is_rendered_by_the_chat_template(tmp_path, no_ray):
         [plain] = llm.generate(["Hi"], GREEDY, use_tqdm=False)
     assert written["chat"]["token_ids"] == chat["token_ids"] and written["chat"]["messages"] == messages
     assert written["p"]["token_ids"] == plain["token_ids"]
+
+
+def test_a_row_may_set_its_own_sampling_params(tmp_path, no_ray):
+    rows = [{**row, "sampling_params": {"max_tokens": 2 + index}} for index, row in enumerate(prompt_rows(3))]
+    rows[0]["sampling_params"] = {"max_tokens": None}  # an Arrow struct's empty field: the batch's value
+    run_batch(write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out", tiny_config(), GREEDY)
+    written = {row["id"]: row for row in OutputDir(tmp_path / "out", "jsonl").rows()}
+    assert [len(written[index]["token_ids"]) for index in range(3)] == [GREEDY.max_tokens, 3, 4]
+    with pytest.raises(ValueError, match="max_tokens"):
+        run_batch(
+            write_jsonl(tmp_path / "bad.jsonl", [{"prompt": [1, 2], "sampling_params": {"max_tokens": 0}}]),
+            tmp_path / "bad",
+            tiny_config(),
+            GREEDY,
+        )
