@@ -120,6 +120,7 @@ def test_no_import_cycle_inside_nvllm():
         ("nvllm.attention", "nvllm.runner"),  # backends make metadata from any step inputs' fields
         ("nvllm.config", "nvllm.attention"),  # backends are resolved by the engine, not the config schema
         ("nvllm.engine", "experiments"),  # the library runs without the experiment harness
+        ("nvllm.engine", "ray"),  # Ray is nvllm.batch's, imported there only where it is used
         ("nvllm.scheduler", "nvllm.profiling"),  # the scheduler emits records, which the profiler consumes
     ],
 )

@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.harness.batch_config import BatchConfig
 from nvllm.config import EngineConfig, to_dataclass
 from nvllm.engine.config_resolution import engine_config_from_dict
 from nvllm.models.presets import PRESETS
@@ -267,12 +268,16 @@ RunConfig = dataclasses.make_dataclass(
         ("validate", ValidateConfig, field(default_factory=ValidateConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
         ("serving", ServingConfig, field(default_factory=ServingConfig)),
+        ("batch", BatchConfig, field(default_factory=BatchConfig)),  # the batch experiment's
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
         ("cpu_threads", int | None, field(default=None)),
     ],
     bases=(writable(EngineConfig),),
 )
 RunConfig.__module__ = __name__
+
+
+RUNNER_SETTINGS = ("runner", "summary", "serving", "validate", "batch")
 
 
 def register_configs() -> None:
@@ -282,12 +287,15 @@ def register_configs() -> None:
     never on import."""
     from hydra.core.config_store import ConfigStore
 
+    from experiments.harness.plugins import expose_hydra_plugins
+
+    expose_hydra_plugins()  # before Hydra lists its plugins: nvllm's Ray launcher from any install
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
         # the runner, the summary and each runner's own settings are no groups of options: each experiment
         # names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "serving", "validate"):
+        if dataclasses.is_dataclass(schema) and group not in RUNNER_SETTINGS:
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

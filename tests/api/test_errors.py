@@ -270,5 +270,5 @@ def test_numpy_integers_and_a_path_object_are_taken(tiny_checkpoint):
 
 
 def test_unsupported_architecture():
-    with pytest.raises(ValueError, match=r"unsupported architecture 'LlamaForCausalLM'.*Qwen3ForCausalLM"):
-        tiny_llm(model__architecture="LlamaForCausalLM")
+    with pytest.raises(ValueError, match=r"unsupported architecture 'GemmaForCausalLM'.*Qwen3ForCausalLM"):
+        tiny_llm(model__architecture="GemmaForCausalLM")

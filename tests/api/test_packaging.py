@@ -28,7 +28,7 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
     # built from a copy of the sources: setuptools builds in the source tree, and a checkout's stale
     # build/lib (a module since deleted or renamed) would land in the wheel and hide a missing file
     source = tmp_path / "source"
-    for part in ("nvllm", "experiments", "conf"):
+    for part in ("nvllm", "experiments", "conf", "hydra_plugins"):
         shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / part, source / part)
