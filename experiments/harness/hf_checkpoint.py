@@ -59,7 +59,9 @@ def hf_config(model: ModelConfig) -> dict:
         "sliding_window": None,  # full attention (Mistral's config takes a window where the key is absent)
         **fields,
         "eos_token_id": eos[0] if len(eos) == 1 else eos,
-        "rope_parameters": rope_parameters(model),
+        # transformers 4's top-level theta where there is no scaling (either transformers reads it)
+        **({"rope_parameters": rope_parameters(model)} if model.rope_scaling != "default" else {}),
+        "rope_theta": model.rope_theta,
         "architectures": [model.architecture],
         "model_type": model.architecture.removesuffix("ForCausalLM").lower(),
     }

@@ -34,8 +34,9 @@ def _top(entry: TokenLogprobs, num_top: int) -> list[tuple[int, float]]:
 
 
 def completion_logprobs(delta: CompletionOutput, tokenizer, num_top: int, text_offset: int) -> dict:
-    """/v1/completions' `logprobs` object for the delta's tokens."""
-    tokens = [decode(tokenizer, [token]) for token in delta.token_ids]
+    """/v1/completions' `logprobs` object for the delta's tokens, each named by its own text (special tokens
+    included, as vLLM names them)."""
+    tokens = [decode(tokenizer, [token], skip_special_tokens=False) for token in delta.token_ids]
     offsets = []
     for token_text in tokens:
         offsets.append(text_offset)
@@ -44,7 +45,10 @@ def completion_logprobs(delta: CompletionOutput, tokenizer, num_top: int, text_o
         "tokens": tokens,
         "token_logprobs": [entry[token] for token, entry in zip(delta.token_ids, delta.logprobs)],
         "top_logprobs": [
-            {decode(tokenizer, [token]): logprob for token, logprob in _top(entry, num_top)}
+            {
+                decode(tokenizer, [token], skip_special_tokens=False): logprob
+                for token, logprob in _top(entry, num_top)
+            }
             for entry in delta.logprobs
         ],
         "text_offset": offsets,
@@ -52,7 +56,7 @@ def completion_logprobs(delta: CompletionOutput, tokenizer, num_top: int, text_o
 
 
 def _chat_token(token: int, logprob: float, tokenizer) -> dict:
-    text = decode(tokenizer, [token])
+    text = decode(tokenizer, [token], skip_special_tokens=False)
     return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 

@@ -62,7 +62,7 @@ def test_stop_strings_match_the_text_without_special_tokens(tokenizer, skip, sto
     seq = Sequence(PROMPT, SamplingParams(stop="Hello world", skip_special_tokens=skip))
     attach_detokenizer(seq, tokenizer)
     expected = (stops_at, (STOP, "Hello world")) if skip else (4, None)
-    assert StopChecker(tokenizer.eos_token_id, max_model_len=100).take(seq, token_ids) == expected
+    assert StopChecker((tokenizer.eos_token_id,), max_model_len=100).take(seq, token_ids) == expected
 
 
 def test_detokenize_false_returns_token_ids_only():
