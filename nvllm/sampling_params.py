@@ -4,6 +4,8 @@ import numbers
 import sys
 from dataclasses import dataclass, field
 
+from nvllm.sampling.structured_params import StructuredOutputsParams, structured_outputs_of
+
 # Temperatures below this sample greedily: dividing logits by a smaller one overflows float32 (a logit of 40
 # over 1e-38 is past 3.4e38), and the draw is the argmax anyway. vLLM uses the same threshold.
 GREEDY_BELOW_TEMPERATURE = 1e-5
@@ -45,6 +47,8 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from the logits of tokens the output holds
     frequency_penalty: float = 0.0  # times the count of each token in the output, subtracted
     repetition_penalty: float = 1.0  # divides positive / multiplies negative logits of tokens seen so far
+    # the output's shape: a StructuredOutputsParams or a dict of its fields ({"json": schema}, {"regex": ..})
+    structured_outputs: StructuredOutputsParams | dict | None = None
     stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
 
     def __post_init__(self) -> None:
@@ -100,6 +104,7 @@ class SamplingParams:
             raise ValueError(
                 f"repetition_penalty={self.repetition_penalty!r} must be a finite number > 0 (1: none)"
             )
+        self.structured_outputs = structured_outputs_of(self.structured_outputs)
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.seed = None if self.seed is None else int(self.seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from nvllm.config import ModelConfig
+from nvllm.sampling.grammar_masks import grammar_masks
 from nvllm.sampling.logits_processors import Logprobs
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler, SamplingBatch
@@ -26,6 +27,7 @@ def batch_sampling(
         num_steps=num_steps,
     )
     sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
+    sampling.grammar = grammar_masks(seqs, num_steps, device)
     return sampling
 
 

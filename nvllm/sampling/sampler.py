@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nvllm.sampling.grammar_masks import GrammarMasks
 from nvllm.sampling.logits_processors import RequestProcessing
 from nvllm.sampling_params import SamplingParams
 from nvllm.transfer import to_device
@@ -60,6 +61,7 @@ class SamplingBatch:
     num_steps: list[int] | None  # per row, the decode steps it takes: a row sitting out draws nothing
     # penalties, min_tokens, logprobs: None unless a request of the batch asks for one
     processing: RequestProcessing | None = None
+    grammar: GrammarMasks | None = None  # None unless a request of the batch asks for structured outputs
 
 
 # `compile.sampler`: auto (compiled where the model is compiled on CUDA), on, off
@@ -121,11 +123,15 @@ class Sampler:
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, step: int = 0) -> torch.Tensor:
         """One token per row of `logits` (as many rows as the batch was prepared for), on the device;
         `step`: the step of a decode round."""
-        processing = batch.processing
+        grammar, processing = batch.grammar, batch.processing
+        allowed = logits if grammar is None else grammar.masked(logits, step)
         if processing is None:
-            return self._draw(logits, batch, step)
-        tokens = self._draw(processing.processed(logits, step), batch, step)
-        processing.sampled(tokens, step, logits)
+            tokens = self._draw(allowed, batch, step)
+        else:
+            tokens = self._draw(processing.processed(allowed, step), batch, step)
+            processing.sampled(tokens, step, logits)
+        if grammar is not None:
+            grammar.accept(tokens, step)
         return tokens
 
     def _draw(self, logits: torch.Tensor, batch: SamplingBatch, step: int) -> torch.Tensor:

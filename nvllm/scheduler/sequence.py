@@ -67,6 +67,9 @@ class Sequence:
         self.detokenizer = None
         # (Penalties, row): its token history on the device, where penalised; the sampler's request processing
         self.penalty_history = None
+        # its sample's grammar matcher (a GrammarState) where the request asks for structured outputs: set by
+        # the engine at submission, advanced by the sampler's grammar masks
+        self.grammar = None
         self.arrival_time = time.time()
         self.first_token_time: float | None = None  # written by Postprocessor
         self.finished_time: float | None = None  # written by Postprocessor
