@@ -2,8 +2,8 @@
 for structured outputs, before the rest of the sampling (penalties, temperature, top-k/top-p); the other rows
 are untouched. The matchers live on the host, so each step's mask needs the step before's tokens there: the
 constrained rows' tokens are read back after every step and fed to their matchers (`accept`) before the next
-step's mask is filled. Rounds stay several steps long: this wait per step was cheaper on the CPU than rounds of
-one step (experiments/results/2026-12-02-cpu-grammar-engines.md)."""
+step's mask is filled. Rounds stay several steps long: this wait per step was cheaper on the CPU than rounds
+of one step (experiments/results/2026-12-02-cpu-grammar-engines.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class GrammarMasks:
         return masked
 
     def accept(self, tokens: torch.Tensor, step: int) -> None:
-        """Feed each constrained row's token of step `step` to its matcher (rows sitting the step out: none)."""
+        """Feed each constrained row's token of step `step` to its matcher (a row sitting it out has none)."""
         sampled = tokens[self.device_rows].tolist()
         for index, (state, token) in enumerate(zip(self.states, sampled)):
             if self.num_steps is None or step < self.num_steps[index]:

@@ -36,7 +36,8 @@ class StructuredOutputsParams:
                 raise ValueError(f"structured_outputs {name}={value!r} must be a non-empty string")
         choice = self.choice
         if choice is not None:
-            if not isinstance(choice, (list, tuple)) or not choice or not all(isinstance(c, str) for c in choice):
+            is_list = isinstance(choice, (list, tuple))
+            if not is_list or not choice or not all(isinstance(c, str) for c in choice):
                 raise ValueError(f"structured_outputs choice={choice!r} must be a non-empty list of strings")
             object.__setattr__(self, "choice", list(choice))
 
