@@ -27,7 +27,7 @@ def batch_sampling(
         num_steps=num_steps,
     )
     sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
-    sampling.grammar = grammar_masks(seqs, num_steps, device)
+    sampling.grammar_masks = grammar_masks(seqs, num_steps, device)
     return sampling
 
 

@@ -61,7 +61,7 @@ class SamplingBatch:
     num_steps: list[int] | None  # per row, the decode steps it takes: a row sitting out draws nothing
     # penalties, min_tokens, logprobs: None unless a request of the batch asks for one
     processing: RequestProcessing | None = None
-    grammar: GrammarMasks | None = None  # None unless a request of the batch asks for structured outputs
+    grammar_masks: GrammarMasks | None = None  # None unless a request asks for structured outputs
 
 
 # `compile.sampler`: auto (compiled where the model is compiled on CUDA), on, off
@@ -123,7 +123,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, step: int = 0) -> torch.Tensor:
         """One token per row of `logits` (as many rows as the batch was prepared for), on the device;
         `step`: the step of a decode round."""
-        grammar, processing = batch.grammar, batch.processing
+        grammar, processing = batch.grammar_masks, batch.processing
         allowed = logits if grammar is None else grammar.masked(logits, step)
         if processing is None:
             tokens = self._draw(allowed, batch, step)

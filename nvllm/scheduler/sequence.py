@@ -25,7 +25,7 @@ class Sequence:
 
     Each field set after construction has one writer, named beside it (a test holds this): `BlockManager`
     (where the KV is), `SequenceLifecycle` (status), `TokenRows`, `Postprocessor` (tokens back from the
-    device), the sampler's request processing and the engine's detokenizer."""
+    device), the sampler's request processing, the engine's detokenizer and its structured outputs."""
 
     _ids = itertools.count()
 
@@ -68,7 +68,7 @@ class Sequence:
         # (Penalties, row): its token history on the device, where penalised; the sampler's request processing
         self.penalty_history = None
         # its sample's grammar matcher (a GrammarState) where the request asks for structured outputs: set by
-        # the engine at submission, advanced by the sampler's grammar masks
+        # the engine's structured outputs at submission; the sampler's grammar masks advance its state
         self.grammar = None
         self.arrival_time = time.time()
         self.first_token_time: float | None = None  # written by Postprocessor

@@ -71,6 +71,8 @@ def test_sampled_outputs_follow_their_constraint(llm, kind):
         assert is_valid(kind, completion.text), completion.text
         # ended by the grammar (or an EOS it allowed), not by the token budget
         assert completion.finish_reason == "stop" and completion.stop_reason is None
+    if kind == "choice":  # a complete choice ends the output at once: no EOS is sampled after it
+        assert all(llm.tokenizer.decode(out["token_ids"]) == out["text"] for out in outputs)
 
 
 def test_unconstrained_outputs_are_not_valid_by_chance(llm):

@@ -33,6 +33,7 @@ OWNERS = {
     "finished_time": POSTPROCESS,
     "detokenizer": "nvllm.engine.request_outputs",
     "penalty_history": "nvllm.sampling.request_processing",
+    "grammar": "nvllm.engine.structured_outputs",
 }  # the others (seq_id, priority, num_prompt_tokens, sampling_params, generator, arrival_time): constructor's
 
 
