@@ -1,8 +1,8 @@
 """Decode rounds with structured outputs: the grammar's mask filled at every step inside a round of several
 steps (each step's constrained tokens read back for the host's matchers) against rounds of one step, which
 the host would otherwise need; and the free bench beside both. A tiny random model with Qwen's whole
-vocabulary on the CPU, half the rows constrained by a JSON schema. Measured in the process's CPU time, not wall
-time: a shared machine's other work then does not count (the engine runs one thread here):
+vocabulary on the CPU, half the rows constrained by a JSON schema. Measured in the process's CPU time, not
+wall time: a shared machine's other work then does not count (the engine runs one thread here):
 
     python -m experiments.studies.structured_rounds
 """
