@@ -149,6 +149,8 @@ def test_preempted_samples_resume_their_grammar():
 )
 def test_an_invalid_constraint_is_refused_and_the_engine_serves_the_next(llm, constraint, message):
     good = sampled(CONSTRAINTS["choice"])
+    with pytest.raises(ValueError, match=message):  # the engine's check of a request, before any state
+        llm.validate(PROMPTS[0], sampled(constraint))
     with pytest.raises(ValueError, match=message):
         llm.generate(PROMPTS[:2], [good, sampled(constraint)], use_tqdm=False)
     assert llm.is_finished()  # the valid request of the call was not queued either
