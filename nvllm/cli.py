@@ -4,6 +4,7 @@
     nvllm summarize SWEEP_DIR      rebuild a sweep's summary table and plot, complete or not
     nvllm compare DIR_A DIR_B      two runs or two sweeps side by side
     nvllm visualize RUN_DIR        a run's timeline (= python -m nvllm.visualize; --follow: a run going on)
+    nvllm serve MODEL [OPTIONS]    an OpenAI-compatible server (the `serve` extra: pip install nvllm[serve])
 
 Hydra's shell completion works through it: `eval "$(nvllm -sc install=bash)"`, then `nvllm run <TAB>`.
 """
@@ -22,6 +23,7 @@ COMMANDS = {
     "summarize": "rebuild a sweep's summary table and plot from its dir, complete or interrupted",
     "compare": "two runs or two sweeps side by side: medians, ranges, change",
     "visualize": "a run's timeline and profile (python -m nvllm.visualize)",
+    "serve": "an OpenAI-compatible server for MODEL (a checkpoint dir or preset; key=value engine overrides)",
 }
 COMPLETION_FLAGS = ("-sc", "--shell-completion")
 
@@ -101,6 +103,35 @@ def visualize(args: list[str]) -> None:
     runpy.run_module("nvllm.visualize", run_name="__main__", alter_sys=True)
 
 
+def engine_overrides(pairs: list[str]) -> dict:
+    """`key=value` words as `LLM` keyword overrides, values read as YAML (numbers, booleans, null)."""
+    import yaml
+
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"engine override {pair!r} must be key=value (e.g. max_num_seqs=64)")
+        overrides[key.replace(".", "__")] = yaml.safe_load(value)
+    return overrides
+
+
+def serve(args: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="nvllm serve", description=COMMANDS["serve"])
+    parser.add_argument("model", help="checkpoint dir or preset name (tiny, qwen3-0.6b, ...)")
+    parser.add_argument("overrides", nargs="*", help="engine overrides: key=value (max_num_seqs=64, ...)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
+    options = parser.parse_args(args)
+    if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
+        raise SystemExit("nvllm serve needs the serve extra: pip install 'nvllm[serve]'")
+    from nvllm.serving.server import serve as serve_model
+
+    overrides = engine_overrides(options.overrides)
+    serve_model(options.model, options.host, options.port, options.api_key, **overrides)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] in COMPLETION_FLAGS:
@@ -109,7 +140,13 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         raise SystemExit(0 if args else 2)
     command, rest = args[0], args[1:]
-    handlers = {"run": run, "summarize": summarize, "compare": compare, "visualize": visualize}
+    handlers = {
+        "run": run,
+        "summarize": summarize,
+        "compare": compare,
+        "visualize": visualize,
+        "serve": serve,
+    }
     if command not in handlers:
         raise SystemExit(f"nvllm: unknown command {command!r}\n\n{usage()}")
     try:

@@ -23,7 +23,8 @@ class ModelConfig:
     Qwen3-0.6B's published shape; `nvllm.models.presets` names the others."""
 
     name: str = "qwen3-0.6b"
-    path: str | None = None  # an HF checkpoint dir; None = seeded random weights of this architecture
+    path: str | None = None  # HF checkpoint dir or hub id; None = seeded random weights of this architecture
+    revision: str | None = None  # a hub id's branch, tag or commit (None: its main branch)
     dtype: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | bfloat16 | float16 | float32
     # none | fp8: the decoder layers' matmul weights stored in float8 (e4m3), each output channel with its
     # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and
@@ -38,17 +39,28 @@ class ModelConfig:
     num_key_value_heads: int = 8
     head_dim: int = 128
     rope_theta: float = 1000000.0
-    rope_scaling: str = "default"  # default | yarn (then the rope_* fields below; see nvllm.layers.rotary)
+    # default | yarn | llama3 (then the rope_* fields below that the scaling reads; see nvllm.layers.rotary)
+    rope_scaling: str = "default"
     rope_scaling_factor: float = 1.0
     rope_original_max_position_embeddings: int | None = None
     rope_beta_fast: float = 32.0
     rope_beta_slow: float = 1.0
     rope_attention_factor: float | None = None  # None: from the factor, as YaRN's paper suggests
     rope_truncate: bool = True
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths past original / low_freq_factor are interpolated
+    rope_high_freq_factor: float = 4.0  # llama3: wavelengths below original / high_freq_factor are kept
+    attention_bias: bool = False  # biases on the q, k, v and o projections (Llama's and Qwen3's key)
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
     max_position_embeddings: int = 40960
     eos_token_id: int = 151645
+    # more tokens that end a sequence as EOS does: a checkpoint whose config.json or generation_config.json
+    # lists several (Llama 3.1 Instruct's end of turn beside its end of text)
+    extra_eos_token_ids: list[int] | None = None
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return (self.eos_token_id, *(self.extra_eos_token_ids or ()))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ class RequestOutput:
 
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
+    # with `prompt_logprobs`: per prompt position, token id -> log-probability of the prompt token, then of
+    # the top k (position 0: None)
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
     # what differs between runs of the same request is not compared: cache hits and times
     num_cached_tokens: int = field(default=0, compare=False)  # prompt tokens found in the prefix cache
     metrics: RequestMetrics | None = field(default=None, compare=False)

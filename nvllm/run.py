@@ -16,7 +16,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import call
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.harness.config import conf_dir, on_cpu_left, override_keys, register_configs
+from experiments.harness.config import (
+    checkpoint_overrides,
+    conf_dir,
+    on_cpu_left,
+    override_keys,
+    register_configs,
+)
 from experiments.harness.tracking import forget_results
 
 CONF_DIR = conf_dir()
@@ -25,6 +31,7 @@ CONF_DIR = conf_dir()
 def compose_config(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
     """The config `python -m nvllm.run OVERRIDES` would run, composed without running (tests, notebooks)."""
     register_configs()
+    overrides = checkpoint_overrides(list(overrides))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
     # as on the command line: a workload key the overrides set is not replaced on the CPU
@@ -47,6 +54,7 @@ def run_job(cfg: DictConfig) -> dict:
 
 def main() -> None:
     register_configs()
+    sys.argv[1:] = checkpoint_overrides(sys.argv[1:])
     run_job()
 
 

@@ -15,6 +15,7 @@ MAX_TOP_K = 2**31 - 1
 # other requests of the call with it. Checked here instead.
 INT64_LIMIT = 2**63
 MAX_PENALTY = 2.0  # presence and frequency penalties lie in [-2, 2], as in OpenAI's API and vLLM
+MAX_LOGIT_BIAS = 100.0  # a logit bias lies in [-100, 100], as OpenAI's API defines it
 
 
 def is_integer(value: object) -> bool:
@@ -47,6 +48,17 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted from the logits of tokens the output holds
     frequency_penalty: float = 0.0  # times the count of each token in the output, subtracted
     repetition_penalty: float = 1.0  # divides positive / multiplies negative logits of tokens seen so far
+    min_p: float = 0.0  # tokens less likely than min_p times the likeliest one are dropped (0: off)
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit, before temperature
+    allowed_token_ids: list[int] | None = None  # only these tokens can be sampled
+    bad_words: list[str] | None = None  # words whose tokens are never sampled in this sequence
+    # `bad_words` as token sequences, written by the engine at submission with its tokenizer
+    bad_words_token_ids: list[list[int]] | None = field(default=None, init=False, repr=False, compare=False)
+    # per prompt position after the first: the prompt token's and the top-k log-probabilities (-1: all)
+    prompt_logprobs: int | None = None
+    skip_special_tokens: bool = True  # the tokens marked special leave no text (vLLM's default)
+    spaces_between_special_tokens: bool = True  # vLLM's; byte-level tokenizers put none either way
+    detokenize: bool = True  # False: token ids only, every text ""
     # the output's shape: a StructuredOutputsParams or a dict of its fields ({"json": schema}, {"regex": ..})
     structured_outputs: StructuredOutputsParams | dict | None = None
     stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
@@ -100,29 +112,88 @@ class SamplingParams:
             value = getattr(self, name)
             if not is_real(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
                 raise ValueError(f"{name}={value!r} must be a number in [-2, 2]")
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is not None and (
+            not is_integer(prompt_logprobs) or not -1 <= prompt_logprobs < INT64_LIMIT
+        ):
+            raise ValueError(
+                f"prompt_logprobs={prompt_logprobs!r} must be None, -1 (all) or an integer in [0, 2**63)"
+            )
+        for name in ("skip_special_tokens", "spaces_between_special_tokens", "detokenize"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if not self.detokenize and stop:
+            raise ValueError(f"stop={self.stop!r} needs the text: it cannot be used with detokenize=False")
         if not is_real(self.repetition_penalty) or not 0 < self.repetition_penalty <= sys.float_info.max:
             raise ValueError(
                 f"repetition_penalty={self.repetition_penalty!r} must be a finite number > 0 (1: none)"
             )
+        if not is_real(self.min_p) or not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0: off)")
+        self._validate_token_filters()
         self.structured_outputs = structured_outputs_of(self.structured_outputs)
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.seed = None if self.seed is None else int(self.seed)
         self.n, self.min_tokens = int(self.n), int(self.min_tokens)
         self.logprobs = None if self.logprobs is None else int(self.logprobs)
+        self.prompt_logprobs = None if prompt_logprobs is None else int(prompt_logprobs)
         self.stop_strings = list(stop or [])
         self.stop_token_ids = None if stop_ids is None else [int(t) for t in stop_ids]
         self.presence_penalty = float(self.presence_penalty)
         self.frequency_penalty = float(self.frequency_penalty)
         self.repetition_penalty = float(self.repetition_penalty)
+        self.min_p = float(self.min_p)
+
+    def _validate_token_filters(self) -> None:
+        """`logit_bias`, `allowed_token_ids` and `bad_words`, held as Python ints, floats and lists; the
+        token ids are checked against the model's vocabulary at submission."""
+        bias = self.logit_bias
+        if bias is not None:
+            if not isinstance(bias, dict) or not all(
+                is_integer(t) and 0 <= t < INT64_LIMIT and is_real(b) and abs(b) <= MAX_LOGIT_BIAS
+                for t, b in bias.items()
+            ):
+                raise ValueError(
+                    f"logit_bias={bias!r} must be None or a dict of token ids (ints >= 0) to biases in "
+                    f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
+                )
+            self.logit_bias = {int(t): float(b) for t, b in bias.items()}
+        allowed = self.allowed_token_ids
+        if allowed is not None:
+            if (
+                not isinstance(allowed, (list, tuple))
+                or not allowed
+                or not all(is_integer(t) and 0 <= t < INT64_LIMIT for t in allowed)
+            ):
+                raise ValueError(
+                    f"allowed_token_ids={allowed!r} must be None or a non-empty list of token ids (ints >= 0)"
+                )
+            self.allowed_token_ids = [int(t) for t in allowed]
+        words = self.bad_words
+        if words is not None:
+            if not isinstance(words, (list, tuple)) or not all(
+                isinstance(word, str) and word.strip() for word in words
+            ):
+                raise ValueError(f"bad_words={words!r} must be None or a list of non-blank strings")
+            self.bad_words = list(words)
 
     def num_logprobs(self, vocab_size: int) -> int | None:
         """How many top log-probabilities each generated token reports (None: no log-probabilities)."""
         return vocab_size if self.logprobs == -1 else self.logprobs
 
+    def num_prompt_logprobs(self, vocab_size: int) -> int | None:
+        """How many top log-probabilities each prompt position reports (None: no prompt log-probabilities)."""
+        return vocab_size if self.prompt_logprobs == -1 else self.prompt_logprobs
+
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def filters_tokens(self) -> bool:
+        """Whether a logit bias, allowed tokens or bad words change which tokens this request samples."""
+        return bool(self.logit_bias or self.allowed_token_ids or self.bad_words)
 
     @property
     def has_penalties(self) -> bool:

@@ -77,6 +77,14 @@ class SummaryConfig:
 
 
 @dataclass
+class ValidateConfig:
+    """`+experiment=validate`: the prompts whose greedy generations are compared with transformers'."""
+
+    prompts: str | None = None  # a text file, one prompt a line; None: a few built-in prompts
+    max_tokens: int = 32  # tokens generated per prompt
+
+
+@dataclass
 class RunnerConfig:
     """The experiment runner that `python -m nvllm.run` calls: `run(cfg, output_dir, name) -> metrics`."""
 
@@ -154,6 +162,17 @@ def override_keys(overrides: list[str]) -> set[str]:
     return {override.split("=", 1)[0].lstrip("+~") for override in overrides}
 
 
+def checkpoint_overrides(overrides: list[str]) -> list[str]:
+    """`model=org/name` or `model=DIR` as `model.path=...`: Hydra's `model` group holds the presets alone
+    (a value with a slash is a config file path to it), while a checkpoint, local or on the hub, is
+    `model.path` (its architecture over the default preset's)."""
+    return [
+        f"model.path={value}" if key == "model" and "/" in value and value not in PRESETS else override
+        for override in overrides
+        for key, _, value in [override.partition("=")]
+    ]
+
+
 def on_cpu_left(on_cpu: dict[str, Any], set_keys: set[str]) -> dict[str, Any]:
     """The keys of `workload.on_cpu` that the command line (`set_keys`, dotted) left alone: those it set
     stay as it set them, on the CPU too."""
@@ -198,6 +217,25 @@ def engine_config_from_run_config(cfg: DictConfig | dict) -> EngineConfig:
     return engine_config_from_dict(values)
 
 
+@dataclass
+class ServingSLOConfig:
+    """The serving experiment's service-level objectives: goodput counts requests within both."""
+
+    ttft_ms: float = 500.0
+    tpot_ms: float = 50.0
+
+
+@dataclass
+class ServingConfig:
+    """`+experiment=serving`: the server's URL (None: started in the job), the request rates (req/s, inf:
+    all at once) and the arrivals' burstiness (gamma shape; 1: Poisson)."""
+
+    url: str | None = None
+    request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
+    burstiness: float = 1.0
+    slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
+
+
 @cache
 def writable(cls: type) -> type:
     """A plain (unfrozen) dataclass with `cls`'s fields, types and defaults, for Hydra's schemas. It is kept
@@ -226,7 +264,9 @@ RunConfig = dataclasses.make_dataclass(
         ("workload", WorkloadConfig, field(default_factory=WorkloadConfig)),
         ("wandb", WandbConfig, field(default_factory=WandbConfig)),
         ("summary", SummaryConfig, field(default_factory=SummaryConfig)),
+        ("validate", ValidateConfig, field(default_factory=ValidateConfig)),
         ("runner", RunnerConfig, field(default_factory=RunnerConfig)),
+        ("serving", ServingConfig, field(default_factory=ServingConfig)),
         # torch's intra-op threads on the CPU. None: $OMP_NUM_THREADS when set, else the available cores
         ("cpu_threads", int | None, field(default=None)),
     ],
@@ -245,8 +285,9 @@ def register_configs() -> None:
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, schema in typing.get_type_hints(RunConfig).items():
-        # the runner and the summary are no groups of options: each experiment names its runner
-        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary"):
+        # the runner, the summary and each runner's own settings are no groups of options: each experiment
+        # names its runner
+        if dataclasses.is_dataclass(schema) and group not in ("runner", "summary", "serving", "validate"):
             store.store(group=group, name="schema", node=schema)
     for name, preset in PRESETS.items():
         store.store(group="model", name=name, node=writable(type(preset))(**dataclasses.asdict(preset)))

@@ -17,7 +17,7 @@ from nvllm.sampling_params import SamplingParams
 
 RANDOM_WEIGHTS_NOTE = (
     "Weights: random (model.path=null), right for speed but the text is noise; "
-    "model.path=DIR loads a Qwen3 checkpoint from a local directory"
+    "model.path=DIR (or a hub id, org/name) loads a checkpoint"
 )
 
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 # The keys most runs set; the help shows each with its composed value (an interpolation of the key).
 COMMON_KEYS = {
-    "model.path": "an HF Qwen3 checkpoint dir; null: seeded random weights of the `model` architecture",
+    "model.path": "an HF checkpoint dir or hub id (org/name); null: seeded random weights of `model`",
     "model.quantization": "none | fp8 (the decoder layers' matmul weights in float8, a scale per channel)",
     "device": "auto | cpu | cuda | cuda:N",
     "cache.block_size": "tokens per KV block (flash-attn needs a multiple of 256)",

@@ -84,7 +84,9 @@ class JobRun:
         torch.manual_seed(self.job.workload.seed + repeat)
         return make_requests(self.job.workload, len(self.llm.tokenizer), repeat)
 
-    def record(self, metrics: dict, per_repeat: list[dict]) -> None:
+    def record(self, metrics: dict, per_repeat: list[dict], details: dict | None = None) -> None:
+        """The job's results into results.json and wandb; `details` (results.json only): what a runner
+        reports beyond numbers."""
         job = self.job
         self.llm.profiler.stop_stream()  # the live stream's thread logs to wandb too: it ends first
         results = {
@@ -94,6 +96,7 @@ class JobRun:
             "repeats": per_repeat,
             "provenance": self.provenance,
             "config": OmegaConf.to_container(job.cfg, resolve=True),
+            **(details or {}),
         }
         record(self.wandb, job.output_dir, results)
 

@@ -58,14 +58,14 @@ LIVENESS_CHECK_S = 0.01  # while rank 0 waits for the device, how often it looks
 
 def message_capacity(config: EngineConfig) -> int:
     """Bytes for the largest message the scheduler config allows, a prefill step or a decode round: int32
-    token arrays (ids, positions, slots, logits indices), per-sequence lengths and full block tables, plus
-    room for pickling."""
+    token arrays (ids, positions, slots, logits indices, prompt logits indices), per-sequence lengths and
+    full block tables, plus room for pickling."""
     scheduler = config.scheduler
     seqs = max(scheduler.max_num_seqs, 2)
     blocks_per_seq = blocks_for(scheduler.max_model_len, config.cache.block_size)
 
     def step_bytes(num_tokens: int) -> int:
-        return 4 * (4 * num_tokens + 5 * seqs + 1 + seqs * blocks_per_seq)
+        return 4 * (5 * num_tokens + 5 * seqs + 1 + seqs * blocks_per_seq)
 
     prefill = step_bytes(max(scheduler.max_num_batched_tokens, 2))
     decode_round = scheduler.num_decode_steps * step_bytes(seqs)

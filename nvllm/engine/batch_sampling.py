@@ -8,6 +8,7 @@ import torch
 from nvllm.config import ModelConfig
 from nvllm.sampling.grammar_masks import grammar_masks
 from nvllm.sampling.logits_processors import Logprobs
+from nvllm.sampling.prompt_logprobs import prompt_logprobs
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.scheduler.scheduler import ScheduledBatch
@@ -26,7 +27,13 @@ def batch_sampling(
         num_rows=num_rows,
         num_steps=num_steps,
     )
-    sampling.processing = request_processing(seqs, num_steps, model.vocab_size, model.eos_token_id, device)
+    sampling.processing = request_processing(
+        seqs, num_steps, model.vocab_size, model.eos_token_ids, device, sampling.inv_temperatures
+    )
+    if batch.is_prefill:
+        sampling.step_prompt_logprobs = prompt_logprobs(
+            batch.seqs, batch.num_new_tokens, model.vocab_size, device
+        )
     sampling.grammar_masks = grammar_masks(seqs, num_steps, device)
     return sampling
 

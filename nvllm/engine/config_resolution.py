@@ -16,6 +16,7 @@ from nvllm.attention import BACKENDS, resolve_backend
 from nvllm.attention.cascade import CASCADE_MODES
 from nvllm.config import QUANTIZATIONS, EngineConfig, ModelConfig, checked_value, to_dataclass
 from nvllm.models.hf_config import model_from_checkpoint
+from nvllm.models.hub import model_checkpoint
 from nvllm.models.presets import model_preset
 from nvllm.runner.dtypes import DTYPES, resolved_dtype
 from nvllm.sampling.sampler import COMPILE_MODES as SAMPLER_COMPILE_MODES
@@ -47,23 +48,17 @@ FLAT_KEYS = {
     "attention_backend": "attention.backend",
     "profile": "profile.enabled",
     "dtype": "model.dtype",
+    "revision": "model.revision",  # vLLM's name
     "device": "device",
     "seed": "seed",
 }
 
 
 def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
-    """`LLM(model, **overrides)`: a checkpoint dir, a preset name or None (Qwen3-0.6B, random weights);
-    overrides by nano-vLLM's flat names or as `group__key`. Validated and resolved."""
+    """`LLM(model, **overrides)`: a checkpoint dir, a preset name, a hub id (`org/name`) or None (Qwen3-0.6B,
+    random weights); overrides by nano-vLLM's flat names or as `group__key`. Validated and resolved."""
     if model is not None and not isinstance(model, str | os.PathLike):
-        raise ValueError(f"model={model!r} must be a checkpoint directory, a preset name or None")
-    model = os.fspath(model) if model is not None else None
-    if model is not None and os.path.isdir(os.path.expanduser(model)):
-        model_config = model_from_checkpoint(model)
-    elif model is not None and (os.sep in model or model.startswith((".", "~"))):
-        raise ValueError(f"model={model!r}: no such checkpoint directory (a preset is a bare name)")
-    else:
-        model_config = model_preset(model or ModelConfig.name)
+        raise ValueError(f"model={model!r} must be a checkpoint directory, a preset name, a hub id or None")
     nested: dict[str, Any] = {}
     defaults = EngineConfig()
     for key, value in overrides.items():
@@ -76,16 +71,33 @@ def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
             raise ValueError(f"unknown LLM argument {key!r}; known: {sorted(FLAT_KEYS)} or group__key")
         target = nested.setdefault(group, {}) if group else nested
         target[leaf] = value
+    name = os.fspath(model) if model is not None else ModelConfig.name
+    model_config = checkpoint_model(name, nested.get("model", {}).get("revision")) or model_preset(name)
     config = to_dataclass(EngineConfig, nested, EngineConfig(model=model_config))
     return resolve(config)
 
 
+def checkpoint_model(name: str, revision: str | None, base: ModelConfig | None = None) -> ModelConfig | None:
+    """The architecture of the checkpoint `name` stands for (a directory, or a hub id's snapshot: see
+    `model_checkpoint`) over `base`, named by the hub id where it is one (a snapshot's directory is named
+    by a commit hash); None where `name` is a preset."""
+    checkpoint = model_checkpoint(name, revision)
+    if checkpoint is None:
+        return None
+    model = model_from_checkpoint(checkpoint, base)
+    return model if checkpoint == os.path.expanduser(name) else dataclasses.replace(model, name=name)
+
+
 def engine_config_from_dict(values: dict) -> EngineConfig:
     """An engine config from nested plain values (the engine's groups of a composed experiment config);
-    `model.path` set: the checkpoint's architecture over the rest. Validated and resolved."""
+    `model.path` set (a directory or a hub id): the checkpoint's architecture over the rest. Validated and
+    resolved."""
     config = to_dataclass(EngineConfig, values)
-    if config.model.path is not None:
-        config = dataclasses.replace(config, model=model_from_checkpoint(config.model.path, config.model))
+    if (path := config.model.path) is not None:
+        model = checkpoint_model(path, config.model.revision, config.model)
+        if model is None:
+            raise ValueError(f"model.path={path!r} names a preset: model={path} builds it (random weights)")
+        config = dataclasses.replace(config, model=model)
     return resolve(config)
 
 
@@ -103,6 +115,8 @@ def validate(config: EngineConfig) -> None:
     if model.quantization not in QUANTIZATIONS:
         choices = ", ".join(QUANTIZATIONS)
         problems.append(f"model.quantization={model.quantization!r} must be one of {choices}")
+    if model.revision is not None and model.path is None:
+        problems.append(f"model.revision={model.revision!r} picks a hub id's version: it needs model.path")
     if cache.block_size < 1:
         problems.append(f"cache.block_size={cache.block_size} must be positive")
     if config.attention.backend not in (backends := ("auto", *BACKENDS)):

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from nvllm.sampling.logits_processors import Logprobs
+from nvllm.sampling.prompt_logprobs import PromptLogprobs
 from nvllm.scheduler.scheduler import ScheduledBatch
 
 
@@ -31,6 +32,7 @@ class LaunchedBatch:
         wait_for_device: Callable[[torch.cuda.Event], None],
         logprobs: Logprobs | None = None,
         num_logprobs: list[int | None] | None = None,
+        prompt_logprobs: PromptLogprobs | None = None,
     ):
         self.batch, self._copied = batch, None
         self._wait_for_device = wait_for_device
@@ -38,6 +40,10 @@ class LaunchedBatch:
         self._host = to_host(tokens)
         self._logprobs = None if logprobs is None else tuple(map(to_host, logprobs.stacked()))
         self._num_logprobs = num_logprobs
+        self._prompt_logprobs = prompt_logprobs
+        if prompt_logprobs is not None:
+            self._prompt_values = to_host(prompt_logprobs.values)
+            self._prompt_top_ids = to_host(prompt_logprobs.top_ids)
         if tokens.is_cuda:
             self._copied = torch.cuda.Event()
             self._copied.record()
@@ -70,3 +76,10 @@ class LaunchedBatch:
                 steps.append(entry)
             result.append(steps)
         return result
+
+    def prompt_logprobs(self) -> list[list[dict[int, float]]] | None:
+        """For each of `batch.seqs` (a prefill), the prompt log-probabilities its step computed, position by
+        position (empty: none); None when no request of the batch asked. Call after `sampled_tokens`."""
+        if self._prompt_logprobs is None:
+            return None
+        return self._prompt_logprobs.entries(self._prompt_values.tolist(), self._prompt_top_ids.tolist())

@@ -17,7 +17,13 @@ from nvllm.engine.launched_batch import LaunchedBatch
 from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.rates import tokens_per_second
-from nvllm.engine.request_validation import Prompt, check_priority, check_request, token_ids_of
+from nvllm.engine.request_validation import (
+    Prompt,
+    check_priority,
+    check_request,
+    check_token_filters,
+    token_ids_of,
+)
 from nvllm.engine.scheduler_records import hand_on_scheduler_events
 from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
@@ -52,7 +58,7 @@ class LLMEngine:
             self.model_runner.num_blocks, config.cache.block_size, config.cache.enable_prefix_caching
         )
         self.profiler = make_profiler(config.profile, self.device)
-        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_id)
+        self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_ids)
         self.profiler.watch(self.scheduler, self.block_manager)
         dtype = DTYPES[config.model.dtype]
         self.work = WorkCounter(ModelWork.of(config.model, dtype))
@@ -86,6 +92,7 @@ class LLMEngine:
         """Reject a request the engine could never serve, or would serve at a cost above its caps, before
         it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
+        check_token_filters(params, self.config.model.vocab_size, self.tokenizer)
         self.structured_outputs.check(params)
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
@@ -157,10 +164,11 @@ class LLMEngine:
         generated_before = self.scheduler.num_generated_tokens
         sampled_tokens = current.sampled_tokens()
         profiler.lap("wait_collect")
-        finished = self.scheduler.postprocess(current.batch, sampled_tokens, current.sampled_logprobs())
+        finished = self.scheduler.postprocess(
+            current.batch, sampled_tokens, current.sampled_logprobs(), current.prompt_logprobs()
+        )
         hand_on_scheduler_events(self.scheduler, self.profiler)
-        if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
-            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
+        self._drop_finished_round()
         elapsed = time.perf_counter() - start
         self.last_batch_size = len(current.batch.seqs)
         if current.batch.is_prefill:
@@ -195,12 +203,33 @@ class LLMEngine:
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
         logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
-        launched = LaunchedBatch(batch, tokens, self.model_runner.wait_for_device, logprobs, num_logprobs)
+        launched = LaunchedBatch(
+            batch,
+            tokens,
+            self.model_runner.wait_for_device,
+            logprobs,
+            num_logprobs,
+            sampling.step_prompt_logprobs,
+        )
         profiler.lap("launch")
         return launched
 
     def is_finished(self) -> bool:
         return self.scheduler.is_finished()
+
+    def abort(self, samples: list[Sequence]) -> None:
+        """Drop one request: `samples` are the sequence `add_request` returned and its forks as they were
+        then (forks leave `Sequence.forks` when they start). Their KV blocks and token-table rows are free
+        when this returns; the other requests run on."""
+        with self._ownership.call():
+            for seq in samples:
+                self.scheduler.abort(seq)
+            self._drop_finished_round()
+            hand_on_scheduler_events(self.scheduler, self.profiler)
+
+    def _drop_finished_round(self) -> None:
+        if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
+            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
 
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""

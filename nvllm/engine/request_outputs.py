@@ -10,9 +10,16 @@ from nvllm.tokenizer.detokenizer import IncrementalDetokenizer, decode
 
 
 def attach_detokenizer(seq: Sequence, tokenizer) -> None:
+    """Follow the sequence's text as tokens arrive; none where the request asked for no text
+    (`detokenize=False`)."""
     params = seq.sampling_params
+    if not params.detokenize:
+        return
     seq.detokenizer = IncrementalDetokenizer(
-        tokenizer, params.stop_strings, params.include_stop_str_in_output
+        tokenizer,
+        params.stop_strings,
+        params.include_stop_str_in_output,
+        skip_special_tokens=params.skip_special_tokens,
     )
 
 
@@ -29,9 +36,12 @@ def _text_token_ids(seq: Sequence) -> list[int]:
 
 def _text(seq: Sequence, tokenizer) -> str:
     """The completion's text: the detokenizer's where one followed it (cut at a stop string), else decoded
-    at once (the same text)."""
+    at once (the same text); "" with `detokenize=False`."""
+    params = seq.sampling_params
+    if not params.detokenize:
+        return ""
     if seq.detokenizer is None:
-        return decode(tokenizer, _text_token_ids(seq))
+        return decode(tokenizer, _text_token_ids(seq), params.skip_special_tokens)
     _catch_up(seq)
     seq.detokenizer.finish()
     return seq.detokenizer.text
@@ -59,6 +69,7 @@ def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
     first = samples[0]
     return RequestOutput(
         prompt_token_ids=first.token_ids[: first.num_prompt_tokens],
+        prompt_logprobs=first.prompt_logprobs,
         outputs=[
             CompletionOutput(
                 index=index,
@@ -96,12 +107,15 @@ class StreamCursor:
         seq = self.seq
         if self.done or (seq.num_completion_tokens == self.num_tokens and not seq.is_finished):
             return None
-        _catch_up(seq)
-        if seq.is_finished:
-            seq.detokenizer.finish()
-            self.done = True
-        text = seq.detokenizer.new_text()
-        end = seq.num_completion_tokens if self.done else seq.detokenizer.num_streamed_tokens
+        self.done = seq.is_finished
+        if seq.detokenizer is None:  # detokenize=False: every token goes out at once, with no text
+            text, end = "", seq.num_completion_tokens
+        else:
+            _catch_up(seq)
+            if self.done:
+                seq.detokenizer.finish()
+            text = seq.detokenizer.new_text()
+            end = seq.num_completion_tokens if self.done else seq.detokenizer.num_streamed_tokens
         if end == self.num_tokens and not self.done:
             return None
         start, self.num_tokens = self.num_tokens, end

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from nvllm.config import EngineConfig
+from nvllm.sampling.bad_words import bad_words_token_ids
 from nvllm.sampling_params import SamplingParams, is_integer
 from nvllm.scheduler.block_manager import BlockManager
 
@@ -127,14 +128,18 @@ def check_request(
     bad_stops = [t for t in params.stop_token_ids or [] if not t < vocab_size]
     if bad_stops:
         raise ValueError(f"stop_token_ids {bad_stops[:5]} outside the vocabulary [0, {vocab_size})")
-    if params.logprobs is not None and params.logprobs > vocab_size:
-        raise ValueError(f"logprobs={params.logprobs} exceeds the vocabulary size {vocab_size}")
     max_logprobs = config.scheduler.max_logprobs
-    if params.logprobs is not None and max_logprobs != -1 and params.num_logprobs(vocab_size) > max_logprobs:
-        raise ValueError(
-            f"logprobs={params.logprobs} asks for more log-probabilities per token than "
-            f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
-        )
+    for name, num_top in (
+        ("logprobs", params.num_logprobs(vocab_size)),
+        ("prompt_logprobs", params.num_prompt_logprobs(vocab_size)),
+    ):
+        if num_top is not None and num_top > vocab_size:
+            raise ValueError(f"{name}={num_top} exceeds the vocabulary size {vocab_size}")
+        if num_top is not None and max_logprobs != -1 and num_top > max_logprobs:
+            raise ValueError(
+                f"{name}={getattr(params, name)} asks for more log-probabilities per token than "
+                f"scheduler.max_logprobs={max_logprobs} (raise it, or -1 for no cap)"
+            )
     if params.n > config.scheduler.max_num_seqs:
         raise ValueError(
             f"n={params.n} samples run at once, beyond scheduler.max_num_seqs={config.scheduler.max_num_seqs}"
@@ -159,3 +164,20 @@ def check_request(
             f"n={params.n} samples of a {len(token_ids)}-token prompt need {blocks_at_admission} KV blocks "
             f"at once but the cache has {num_blocks}: lower n or raise the memory budget"
         )
+
+
+def check_token_filters(params: SamplingParams, vocab_size: int, tokenizer) -> None:
+    """Raise a ValueError naming the field whose token ids lie outside the model's vocabulary: `logit_bias`,
+    `allowed_token_ids`, or the tokens of `bad_words`, which are tokenized here (into the params'
+    `bad_words_token_ids`, as vLLM does at submission)."""
+    words = params.bad_words
+    params.bad_words_token_ids = bad_words_token_ids(words, tokenizer) if words else None
+    fields = {
+        "logit_bias": list(params.logit_bias or ()),
+        "allowed_token_ids": params.allowed_token_ids or [],
+        "bad_words": [t for ids in params.bad_words_token_ids or [] for t in ids],
+    }
+    for name, token_ids in fields.items():
+        outside = [t for t in token_ids if not t < vocab_size]
+        if outside:
+            raise ValueError(f"{name}: token id(s) {outside[:5]} outside the vocabulary [0, {vocab_size})")

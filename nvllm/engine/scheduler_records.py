@@ -4,6 +4,7 @@ profiler's request timelines; a sequence that stopped running gives back its dev
 from __future__ import annotations
 
 from nvllm.profiling.profiler import NullProfiler, Profiler
+from nvllm.sampling.bad_words import release_bad_words_history
 from nvllm.sampling.request_processing import release_penalty_history
 from nvllm.scheduler.events import EventKind
 from nvllm.scheduler.scheduler import Scheduler
@@ -17,3 +18,4 @@ def hand_on_scheduler_events(scheduler: Scheduler, profiler: Profiler | NullProf
             profiler.request_preempted(event.seq)
         else:
             release_penalty_history(event.seq)
+            release_bad_words_history(event.seq)

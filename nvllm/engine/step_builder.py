@@ -42,9 +42,11 @@ class StepInputBuilder:
 
     def prefill(self, batch: ScheduledBatch) -> StepInputs:
         input_ids, positions, seq_index, cu_seqlens, seqlens_k = [], [], [], [0], []
-        logits_indices, sampled_rows = [], []
+        logits_indices, sampled_rows, prompt_logits_indices = [], [], []
         for index, (seq, num_new) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
             start, end = seq.computed_len, seq.computed_len + num_new
+            row_of_start = cu_seqlens[-1] - start  # the step's row of position p: row_of_start + p
+            prompt_logits_indices.extend(row_of_start + p for p in seq.prompt_logits_positions(num_new))
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
             seq_index.extend([index] * num_new)
@@ -73,6 +75,9 @@ class StepInputBuilder:
             max_seqlen_k=padded_size(max(seqlens_k)),
             logits_indices=torch.tensor(padded(logits_indices, num_logits, 0), dtype=torch.int64),
             is_prefill=True,
+            prompt_logits_indices=(
+                torch.tensor(prompt_logits_indices, dtype=torch.int64) if prompt_logits_indices else None
+            ),
         )
 
     def decode(self, batch: ScheduledBatch) -> list[StepInputs]:

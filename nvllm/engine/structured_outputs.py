@@ -29,5 +29,5 @@ class StructuredOutputs:
 
     def _grammar_compiler(self) -> GrammarCompiler:
         if self._compiler is None:
-            self._compiler = GrammarCompiler(self.tokenizer, self.model.vocab_size, self.model.eos_token_id)
+            self._compiler = GrammarCompiler(self.tokenizer, self.model.vocab_size, self.model.eos_token_ids)
         return self._compiler

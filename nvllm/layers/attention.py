@@ -39,22 +39,24 @@ class Attention(nn.Module):
         qkv: torch.Tensor,
         positions: torch.Tensor,
         meta: AttentionMetadata,
-        q_norm: RMSNorm,
-        k_norm: RMSNorm,
+        q_norm: RMSNorm | None,
+        k_norm: RMSNorm | None,
         rotary_emb: RotaryEmbedding,
     ) -> torch.Tensor:
         """The attention output `[num_tokens, num_heads, head_dim]` of the packed rows `qkv` (queries, keys,
         values). One op, `nvllm::qk_norm_rope_store` (one kernel on CUDA), norms each query and key head
-        (`q_norm`, `k_norm`) and rotates it (`rotary_emb`) as those modules would, and writes the keys and
-        values into the cache; attention then reads only the queries and the cache."""
-        assert q_norm.eps == k_norm.eps, "the op takes one eps for both norms"
+        (`q_norm`, `k_norm`; None for both in families without them) and rotates it (`rotary_emb`) as
+        those modules would, and writes the keys and values into the cache; attention then reads only the
+        queries and the cache."""
+        normed = q_norm is not None
+        assert not normed or q_norm.eps == k_norm.eps, "the op takes one eps for both norms"
         query = torch.ops.nvllm.qk_norm_rope_store(
             qkv,
             positions,
             rotary_emb.cos_sin,
-            q_norm.weight,
-            k_norm.weight,
-            q_norm.eps,
+            q_norm.weight if normed else None,
+            k_norm.weight if normed else None,
+            q_norm.eps if normed else 0.0,
             self.num_heads,
             self.num_kv_heads,
             self.k_cache,

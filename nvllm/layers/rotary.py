@@ -1,6 +1,6 @@
-"""Rotary position embedding in the rotate-half layout (Qwen3's), with cos/sin precomputed for every
-position up to the model's maximum so a step is one gather. Scalings: none (`default`) and YaRN
-(arXiv 2309.00071), which checkpoints extended past their training length use."""
+"""Rotary position embedding in the rotate-half layout (every family's here), with cos/sin precomputed for
+every position up to the model's maximum so a step is one gather. Scalings: none (`default`), YaRN
+(arXiv 2309.00071), which checkpoints extended past their training length use, and Llama 3.1's (`llama3`)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ def inverse_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
     if config.rope_scaling == "default":
         return 1.0 / base**exponents, 1.0
+    if config.rope_scaling == "llama3":
+        return llama3_frequencies(config, 1.0 / base**exponents), 1.0
     assert config.rope_scaling == "yarn", config.rope_scaling  # the checkpoint reader refuses others
     factor = config.rope_scaling_factor
     attention_factor = config.rope_attention_factor
@@ -38,6 +40,17 @@ def inverse_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / max(high - low, 0.001)).clamp(0, 1)
     extrapolated = 1.0 / base**exponents
     return extrapolated / factor * ramp + extrapolated * (1 - ramp), attention_factor
+
+
+def llama3_frequencies(config: ModelConfig, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Llama 3.1's scaling of the frequencies `inv_freq`: wavelengths longer than the original context over
+    `rope_low_freq_factor` are divided by the factor (interpolated), those shorter than it over
+    `rope_high_freq_factor` kept, and the ones between blended by where their wavelength lies."""
+    factor, original = config.rope_scaling_factor, config.rope_original_max_position_embeddings
+    low, high = config.rope_low_freq_factor, config.rope_high_freq_factor
+    wavelengths = 2 * math.pi / inv_freq
+    blend = ((original / wavelengths - low) / (high - low)).clamp(0, 1)  # 0: interpolate, 1: keep
+    return inv_freq / factor * (1 - blend) + inv_freq * blend
 
 
 class RotaryEmbedding(nn.Module):

@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from nvllm.config import ModelConfig
+from nvllm.models.registry import model_class
 
 Tensors = Iterable[tuple[str, torch.Tensor, str]]  # (HF name, full tensor, its file or "random weights")
 
@@ -48,9 +49,10 @@ def checkpoint_tensors(path: str, device: str = "cpu") -> Iterator[tuple[str, to
 
 
 def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """The parameter names and shapes of transformers' Qwen3ForCausalLM for this config."""
+    """The parameter names and shapes of transformers' implementation of this config's architecture."""
     hidden, head_dim = config.hidden_size, config.head_dim
     q_size, kv_size = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
+    layer = model_class(config.architecture).layer_shape(config)
     shapes = {"model.embed_tokens.weight": (config.vocab_size, hidden), "model.norm.weight": (hidden,)}
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
@@ -62,13 +64,20 @@ def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                 f"{prefix}.self_attn.k_proj.weight": (kv_size, hidden),
                 f"{prefix}.self_attn.v_proj.weight": (kv_size, hidden),
                 f"{prefix}.self_attn.o_proj.weight": (hidden, q_size),
-                f"{prefix}.self_attn.q_norm.weight": (head_dim,),
-                f"{prefix}.self_attn.k_norm.weight": (head_dim,),
                 f"{prefix}.mlp.gate_proj.weight": (config.intermediate_size, hidden),
                 f"{prefix}.mlp.up_proj.weight": (config.intermediate_size, hidden),
                 f"{prefix}.mlp.down_proj.weight": (hidden, config.intermediate_size),
             }
         )
+        if layer.qk_norm:
+            shapes[f"{prefix}.self_attn.q_norm.weight"] = (head_dim,)
+            shapes[f"{prefix}.self_attn.k_norm.weight"] = (head_dim,)
+        if layer.qkv_bias:
+            shapes[f"{prefix}.self_attn.q_proj.bias"] = (q_size,)
+            shapes[f"{prefix}.self_attn.k_proj.bias"] = (kv_size,)
+            shapes[f"{prefix}.self_attn.v_proj.bias"] = (kv_size,)
+        if layer.o_bias:
+            shapes[f"{prefix}.self_attn.o_proj.bias"] = (hidden,)
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (config.vocab_size, hidden)
     return shapes
@@ -91,12 +100,14 @@ def parameter_bytes(config: ModelConfig, dtype: torch.dtype) -> dict[str, int]:
 def random_tensors(config: ModelConfig, seed: int, device: str = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
     """Seeded random weights, each tensor drawn from its own generator (seed, name): the same values
     whatever the TP size or load order. Scales keep the model's output dependent on its context (the
-    usual N(0, 0.02) makes a random Qwen3 repeat one token): norm weights U(0.8, 1.2), embeddings
-    N(0, 1/hidden), matrices N(0, (2/sqrt(fan_in))^2)."""
+    usual N(0, 0.02) makes a random Qwen3 repeat one token): norm weights U(0.8, 1.2), biases N(0, 0.1^2),
+    embeddings N(0, 1/hidden), matrices N(0, (2/sqrt(fan_in))^2)."""
     for name, shape in hf_parameter_shapes(config).items():
         generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
         tensor = torch.empty(shape, device=device)
-        if len(shape) == 1:
+        if name.endswith(".bias"):
+            tensor.normal_(0.0, 0.1, generator=generator)
+        elif len(shape) == 1:
             tensor.uniform_(0.8, 1.2, generator=generator)
         else:
             std = 1 / math.sqrt(config.hidden_size) if "embed" in name else 2 / math.sqrt(shape[1])

@@ -38,8 +38,8 @@ def qk_norm_rope_store(
     qkv: torch.Tensor,
     positions: torch.Tensor,
     cos_sin: torch.Tensor,
-    q_norm_weight: torch.Tensor,
-    k_norm_weight: torch.Tensor,
+    q_norm_weight: torch.Tensor | None,
+    k_norm_weight: torch.Tensor | None,
     eps: float,
     num_heads: int,
     num_kv_heads: int,
@@ -50,7 +50,8 @@ def qk_norm_rope_store(
 ) -> torch.Tensor:
     """From the qkv projection's packed rows `[num_tokens, (num_heads + 2 * num_kv_heads) * head_dim]`
     (queries, keys, values, head after head): every query and key head RMS-normed over head_dim (by
-    `q_norm_weight` / `k_norm_weight`, both with `eps`) and rotated by RoPE (rotate-half) at its token's
+    `q_norm_weight` / `k_norm_weight`, both with `eps`; families without q/k norms pass None for both and
+    skip it) and rotated by RoPE (rotate-half) at its token's
     position (`cos_sin`: `[max_positions, head_dim]` fp32, each row cos then sin of the rotary
     frequencies); each token's keys and values written into the cache at `slot_mapping` (block_id *
     block_size + offset; slot -1 is a padded token and writes nothing). Returns the queries `[num_tokens,
@@ -76,7 +77,7 @@ def qk_norm_rope_store(
 
 @qk_norm_rope_store.register_fake
 def _(qkv, positions, cos_sin, q_norm_weight, k_norm_weight, eps, num_heads, *_):
-    return qkv.new_empty((qkv.shape[0], num_heads, q_norm_weight.shape[0]))
+    return qkv.new_empty((qkv.shape[0], num_heads, cos_sin.shape[1]))
 
 
 @torch.library.custom_op("nvllm::attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))

@@ -27,9 +27,14 @@ from nvllm.ops.fp8 import fp8_matmul
 SKINNY_MAX_ROWS = 16  # nvllm.ops.skinny_matmul.MAX_ROWS (not imported here: it needs triton)
 
 
-def uses_skinny_matmul(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+def uses_skinny_matmul(x: torch.Tensor) -> bool:
     small_batch = x.dim() == 2 and x.shape[0] <= SKINNY_MAX_ROWS
-    return x.is_cuda and small_batch and bias is None and x.dtype in (torch.bfloat16, torch.float16)
+    return x.is_cuda and small_batch and x.dtype in (torch.bfloat16, torch.float16)
+
+
+def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A kernel's fresh output plus the layer's bias (Qwen2's q/k/v, Llama's where `attention_bias`)."""
+    return y if bias is None else y.add_(bias)
 
 
 def matmul_by_batch(
@@ -39,15 +44,14 @@ def matmul_by_batch(
     weight_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`nvllm::linear`'s computation, which fp8 weights take in eager mode too."""
-    if uses_skinny_matmul(x, bias):
+    if uses_skinny_matmul(x):
         from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
         config = skinny_config(*weight.shape)
         if config is not None:
-            return skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale)
+            return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
     if weight_scale is not None:
-        assert bias is None, "fp8 weights come without a bias (Qwen3's matmuls have none)"
-        return fp8_matmul(x, weight, weight_scale)
+        return add_bias(fp8_matmul(x, weight, weight_scale), bias)
     return F.linear(x, weight, bias)
 
 
@@ -99,7 +103,7 @@ def linear_silu_mul(
     output rounded to its dtype first as an unfused matmul's is. On CUDA a batch of at most 16 rows runs the
     skinny kernel with the activation in its epilogue; a larger one cuBLAS (`torch._scaled_mm` for an fp8
     weight with its `weight_scale`), then a Triton kernel for the activation."""
-    if uses_skinny_matmul(x, None):
+    if uses_skinny_matmul(x):
         from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
         config = skinny_config(*weight.shape, gated=True)

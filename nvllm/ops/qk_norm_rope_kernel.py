@@ -24,19 +24,20 @@ BLOCK_TOKENS = 8
 
 
 @triton.jit
-def _rms_norm_rope(heads_ptr, mask, weight_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr):
-    """A tile of heads `[tokens, 1]`, each RMS-normed over head_dim (rounded to the heads' dtype) and
-    rotated: the two halves `[tokens, head_dim / 2]`, in fp32."""
+def _rms_norm_rope(heads_ptr, mask, weight_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr, NORM: tl.constexpr):
+    """A tile of heads `[tokens, 1]`, each RMS-normed over head_dim (rounded to the heads' dtype) where
+    `NORM`, and rotated: the two halves `[tokens, head_dim / 2]`, in fp32."""
     half = tl.arange(0, HEAD_DIM // 2)[None, :]
     x1 = tl.load(heads_ptr + half, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(heads_ptr + HEAD_DIM // 2 + half, mask=mask, other=0.0).to(tl.float32)
-    mean_square = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM
-    inverse_rms = tl.rsqrt(mean_square + eps)[:, None]
-    dtype = heads_ptr.dtype.element_ty
-    w1 = tl.load(weight_ptr + half).to(tl.float32)
-    w2 = tl.load(weight_ptr + HEAD_DIM // 2 + half).to(tl.float32)
-    x1 = (x1 * inverse_rms * w1).to(dtype).to(tl.float32)
-    x2 = (x2 * inverse_rms * w2).to(dtype).to(tl.float32)
+    if NORM:
+        mean_square = (tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / HEAD_DIM
+        inverse_rms = tl.rsqrt(mean_square + eps)[:, None]
+        dtype = heads_ptr.dtype.element_ty
+        w1 = tl.load(weight_ptr + half).to(tl.float32)
+        w2 = tl.load(weight_ptr + HEAD_DIM // 2 + half).to(tl.float32)
+        x1 = (x1 * inverse_rms * w1).to(dtype).to(tl.float32)
+        x2 = (x2 * inverse_rms * w2).to(dtype).to(tl.float32)
     return x1 * cos - x2 * sin, x2 * cos + x1 * sin
 
 
@@ -60,6 +61,7 @@ def _qk_norm_rope_store_kernel(
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_TOKENS: tl.constexpr,
+    NORM: tl.constexpr,
     PDL: tl.constexpr,
 ):
     overlap_prior_kernel(PDL)
@@ -74,7 +76,8 @@ def _qk_norm_rope_store_kernel(
     sin = tl.load(cos_sin_rows + HEAD_DIM // 2 + half, mask=inside[:, None], other=0.0)
     if head < NUM_HEADS:
         mask = inside[:, None]
-        q1, q2 = _rms_norm_rope(rows + head * HEAD_DIM, mask, q_norm_weight_ptr, cos, sin, eps, HEAD_DIM)
+        queries = rows + head * HEAD_DIM
+        q1, q2 = _rms_norm_rope(queries, mask, q_norm_weight_ptr, cos, sin, eps, HEAD_DIM, NORM)
         out = query_ptr + (tokens[:, None] * NUM_HEADS + head) * HEAD_DIM
         tl.store(out + half, q1.to(query_ptr.dtype.element_ty), mask=mask)
         tl.store(out + HEAD_DIM // 2 + half, q2.to(query_ptr.dtype.element_ty), mask=mask)
@@ -83,7 +86,7 @@ def _qk_norm_rope_store_kernel(
         slots = tl.load(slot_mapping_ptr + tokens, mask=inside, other=-1).to(tl.int64)
         writes = (slots >= 0)[:, None]  # -1: a padded token, which writes nothing
         keys = rows + (NUM_HEADS + kv_head) * HEAD_DIM
-        k1, k2 = _rms_norm_rope(keys, writes, k_norm_weight_ptr, cos, sin, eps, HEAD_DIM)
+        k1, k2 = _rms_norm_rope(keys, writes, k_norm_weight_ptr, cos, sin, eps, HEAD_DIM, NORM)
         k_out = k_cache_ptr + (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM
         tl.store(k_out + half, k1.to(k_cache_ptr.dtype.element_ty), mask=writes)
         tl.store(k_out + HEAD_DIM // 2 + half, k2.to(k_cache_ptr.dtype.element_ty), mask=writes)
@@ -97,8 +100,8 @@ def qk_norm_rope_store(
     qkv: torch.Tensor,
     positions: torch.Tensor,
     cos_sin: torch.Tensor,
-    q_norm_weight: torch.Tensor,
-    k_norm_weight: torch.Tensor,
+    q_norm_weight: torch.Tensor | None,
+    k_norm_weight: torch.Tensor | None,
     eps: float,
     num_heads: int,
     num_kv_heads: int,
@@ -108,7 +111,8 @@ def qk_norm_rope_store(
 ) -> torch.Tensor:
     """See `nvllm::qk_norm_rope_store`. Caches `[num_blocks, block_size, num_kv_heads, head_dim]`,
     contiguous; head_dim a power of two."""
-    num_tokens, head_dim = qkv.shape[0], q_norm_weight.shape[0]
+    num_tokens, head_dim = qkv.shape[0], cos_sin.shape[1]
+    norm = q_norm_weight is not None
     assert head_dim >= 2 and head_dim == triton.next_power_of_2(head_dim), head_dim
     assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * head_dim and qkv.stride(1) == 1
     assert cos_sin.shape[1] == head_dim and cos_sin.stride(1) == 1
@@ -120,8 +124,8 @@ def qk_norm_rope_store(
         qkv,
         positions,
         cos_sin,
-        q_norm_weight,
-        k_norm_weight,
+        q_norm_weight if norm else qkv,  # read only where NORM
+        k_norm_weight if norm else qkv,
         k_cache,
         v_cache,
         slot_mapping,
@@ -134,6 +138,7 @@ def qk_norm_rope_store(
         NUM_KV_HEADS=num_kv_heads,
         HEAD_DIM=head_dim,
         BLOCK_TOKENS=BLOCK_TOKENS,
+        NORM=norm,
         num_warps=4,
         **pdl_launch(qkv.device),
     )

@@ -29,13 +29,14 @@ def qk_norm_rope_store(
     v_cache,
     slot_mapping,
 ) -> torch.Tensor:
-    """`nvllm::qk_norm_rope_store` unfused: the per-head RMSNorm, RoPE, then the cache write."""
-    head_dim = q_norm_weight.shape[0]
-    heads = qkv.unflatten(-1, (-1, head_dim))
+    """`nvllm::qk_norm_rope_store` unfused: the per-head RMSNorm (where there are norm weights), RoPE, then
+    the cache write."""
+    heads = qkv.unflatten(-1, (-1, cos_sin.shape[1]))
     query, key, value = heads.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
     cos, sin = cos_sin[positions].unsqueeze(1).chunk(2, dim=-1)
-    query = rotate_half(rms_norm(query, q_norm_weight, eps), cos, sin)
-    key = rotate_half(rms_norm(key, k_norm_weight, eps), cos, sin)
+    if q_norm_weight is not None:
+        query, key = rms_norm(query, q_norm_weight, eps), rms_norm(key, k_norm_weight, eps)
+    query, key = rotate_half(query, cos, sin), rotate_half(key, cos, sin)
     store_kvcache(key, value, k_cache, v_cache, slot_mapping)
     return query
 

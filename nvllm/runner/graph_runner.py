@@ -181,6 +181,8 @@ class GraphRunner:
         )
 
     def _key(self, inputs: StepInputs) -> tuple | None:
+        if inputs.prompt_logits_indices is not None:  # logits of more rows than any graph holds
+            return None
         if inputs.is_prefill:
             bucket = self.plan.prefill_bucket(inputs.num_tokens, inputs.num_seqs, inputs.num_logits)
             return ("prefill", bucket) if bucket is not None else None

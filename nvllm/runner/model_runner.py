@@ -216,11 +216,14 @@ class ModelRunner:
         if inputs.input_ids is None:
             input_ids = self.token_table[to_device(inputs.token_rows, self.device)]
             inputs = dataclasses.replace(inputs, input_ids=input_ids)
+        logits_indices = inputs.logits_indices
+        if inputs.prompt_logits_indices is not None:
+            logits_indices = torch.cat([logits_indices, inputs.prompt_logits_indices])
         args = (
             to_device(inputs.input_ids, self.device),
             to_device(inputs.positions, self.device),
             self.backend.metadata(inputs, self.device),
-            to_device(inputs.logits_indices, self.device),
+            to_device(logits_indices, self.device),
         )
         if self.compiled_model is None:
             return self.model(*args)
@@ -237,9 +240,9 @@ class ModelRunner:
     ) -> torch.Tensor:
         """Run every step of a batch (rank 0 passes them, the other ranks get them from the broadcaster) and
         return the tokens sampled at each, `[logits rows, steps]`, on the device; nothing here waits for
-        the device. Every rank runs this: rank 0 samples with `sampling` (through `wrap_sample`, if given),
-        the others pass None and receive its tokens, and each rank writes them into its token table for the
-        steps that follow."""
+        the device. Every rank runs this: rank 0 samples with `sampling` (through `wrap_sample`, if given)
+        and records the prompt log-probabilities it asks for, the others pass None and receive its tokens,
+        and each rank writes them into its token table for the steps that follow."""
         sample = None
         if sampling is not None:
             sample = self._sample_with(sampling)
@@ -253,6 +256,10 @@ class ModelRunner:
         tokens = []
         for index, inputs in enumerate(steps):
             logits = self.forward(inputs)
+            if inputs.prompt_logits_indices is not None:
+                logits, prompt_logits = logits[: inputs.num_logits], logits[inputs.num_logits :]
+                if sampling is not None:
+                    sampling.step_prompt_logprobs.record(prompt_logits)
             if sample is not None:
                 sampled = sample(logits, index)
             else:

@@ -46,6 +46,9 @@ class StepInputs:
     cascade: CascadePlan | None = None
     # a batch's first step: KV blocks to copy before it runs, [copies, 2] (source, destination) rows
     block_copies: torch.Tensor | None = None
+    # prefill: rows whose logits give prompt log-probabilities, computed after the `logits_indices` rows
+    # (None: no request of the step asks, and no graph serves a step that has them)
+    prompt_logits_indices: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -31,10 +31,10 @@ class GrammarState:
     Advanced by the sampler's grammar masks as tokens are sampled, on the device's side of the round: it
     keeps its state through a preemption, whose recompute samples after the same tokens."""
 
-    def __init__(self, matcher, mask_width: int, eos_token_id: int):
+    def __init__(self, matcher, mask_width: int, eos_token_ids: tuple[int, ...]):
         self.matcher = matcher
         self.mask_width = mask_width  # the tokens its bitmask covers (the model's logits and more)
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = eos_token_ids
         self.num_consumed = 0
         self.end_len: int | None = None
         # ended on a token of its text (not on EOS, which the output's text leaves out)
@@ -51,21 +51,21 @@ class GrammarState:
         self.num_consumed += 1
         if self.matcher.is_stopped():  # nothing but EOS may follow: the output is complete
             self.end_len = self.num_consumed
-            self.ends_on_text = token != self.eos_token_id
+            self.ends_on_text = token not in self.eos_token_ids
 
 
 class GrammarCompiler:
     """Compiled grammars for one tokenizer, cached by their text (the least recently used dropped past
     MAX_CACHED_GRAMMARS)."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_id: int):
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: tuple[int, ...]):
         self.llguidance = import_llguidance()
         # the model's logits may be wider than the tokenizer (Qwen3 pads to 151,936): those ids are never
         # allowed
         self.ll_tokenizer = self.llguidance.LLTokenizer(
-            tokenizer.backend.to_str(), n_vocab=max(len(tokenizer), vocab_size), eos_token=eos_token_id
+            tokenizer.backend.to_str(), n_vocab=max(len(tokenizer), vocab_size), eos_token=list(eos_token_ids)
         )
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = eos_token_ids
         self._compiled: OrderedDict[tuple[str, str], object] = OrderedDict()
 
     def compile(self, params: StructuredOutputsParams) -> object:
@@ -84,7 +84,8 @@ class GrammarCompiler:
         return matcher
 
     def new_state(self, params: StructuredOutputsParams) -> GrammarState:
-        return GrammarState(self.compile(params).deep_copy(), self.ll_tokenizer.vocab_size, self.eos_token_id)
+        matcher = self.compile(params).deep_copy()
+        return GrammarState(matcher, self.ll_tokenizer.vocab_size, self.eos_token_ids)
 
     def _grammar(self, params: StructuredOutputsParams) -> str:
         matcher = self.llguidance.LLMatcher

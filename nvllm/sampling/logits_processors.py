@@ -1,5 +1,6 @@
 """What some requests ask of the sampler beyond temperature/top-k/top-p: repetition, presence and frequency
-penalties, `min_tokens`, and log-probabilities. Built only for a batch with a request that asks
+penalties, `min_tokens`, `min_p`, logit biases, allowed tokens, bad words, and log-probabilities. Built only
+for a batch with a request that asks
 (`RequestProcessing`), so that the other batches' sampling is untouched.
 
 All of it runs on the device at every step of a decode round, so that rounds stay several steps long and
@@ -12,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+from nvllm.sampling.bad_words import BadWords
+from nvllm.sampling.logit_bias import LogitBias
 
 
 @dataclass
@@ -59,6 +63,22 @@ class MinTokens:
 
 
 @dataclass
+class MinP:
+    """Rows `rows` drop the tokens whose probability after temperature is below `min_p` times that of their
+    likeliest token (after temperature and before top-k/top-p, as vLLM applies it)."""
+
+    rows: torch.Tensor  # [M]
+    min_p: torch.Tensor  # [M]
+    inv_temperatures: torch.Tensor  # [M]
+
+    def apply(self, logits: torch.Tensor) -> None:
+        rows = logits[self.rows]
+        probs = (rows * self.inv_temperatures.unsqueeze(1)).softmax(-1)
+        kept = probs >= self.min_p.unsqueeze(1) * probs.amax(-1, keepdim=True)
+        logits[self.rows] = rows.masked_fill(~kept, float("-inf"))
+
+
+@dataclass
 class Logprobs:
     """Log-probabilities of the raw logits (before penalties, temperature, top-k/top-p, as vLLM reports by
     default): per step, every row's top `num_top` tokens and the sampled token's."""
@@ -87,22 +107,41 @@ class RequestProcessing:
     min_tokens: MinTokens | None
     logprobs: Logprobs | None
     num_steps: torch.Tensor | None  # [P] a decode round's steps per penalised row (None: one step)
+    logit_bias: LogitBias | None = None
+    bad_words: BadWords | None = None
+    bad_words_num_steps: torch.Tensor | None = None  # [B] as num_steps, per row with bad words
+    min_p: MinP | None = None
 
     def processed(self, logits: torch.Tensor, step: int) -> torch.Tensor:
-        if self.penalties is None and self.min_tokens is None:
+        """The logits to sample from, in vLLM's order: allowed tokens, bad words and biases, penalties and
+        min_tokens; then min_p, which reads the temperature that the draw applies next."""
+        changers = (self.logit_bias, self.bad_words, self.penalties, self.min_tokens, self.min_p)
+        if all(changer is None for changer in changers):
             return logits
         logits = logits.float().clone()  # the model's logits may be a CUDA graph's output buffer
+        if self.logit_bias is not None:
+            self.logit_bias.apply(logits)
+        if self.bad_words is not None:
+            self.bad_words.apply(logits)
         if self.penalties is not None:
             self.penalties.apply(logits)
         if self.min_tokens is not None:
             self.min_tokens.apply(logits, step)
+        if self.min_p is not None:
+            self.min_p.apply(logits)
         return logits
 
     def sampled(self, tokens: torch.Tensor, step: int, raw_logits: torch.Tensor) -> None:
         if self.logprobs is not None:
             self.logprobs.record(raw_logits.float().log_softmax(-1), tokens)
         if self.penalties is not None:
-            takes_step = torch.ones_like(self.penalties.rows, dtype=torch.bool)
-            if self.num_steps is not None:
-                takes_step = step < self.num_steps
-            self.penalties.update(tokens, takes_step)
+            self.penalties.update(tokens, _takes_step(self.penalties.rows, self.num_steps, step))
+        if self.bad_words is not None:
+            self.bad_words.update(tokens, _takes_step(self.bad_words.rows, self.bad_words_num_steps, step))
+
+
+def _takes_step(rows: torch.Tensor, num_steps: torch.Tensor | None, step: int) -> torch.Tensor:
+    """Which of `rows` sample at `step` of a decode round (each takes `num_steps`; None: a prefill's one)."""
+    if num_steps is None:
+        return torch.ones_like(rows, dtype=torch.bool)
+    return step < num_steps

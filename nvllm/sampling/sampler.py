@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -8,6 +9,9 @@ from nvllm.sampling.grammar_masks import GrammarMasks
 from nvllm.sampling.logits_processors import RequestProcessing
 from nvllm.sampling_params import SamplingParams
 from nvllm.transfer import to_device
+
+if TYPE_CHECKING:
+    from nvllm.sampling.prompt_logprobs import PromptLogprobs
 
 TINY = torch.finfo(torch.float32).tiny
 
@@ -61,6 +65,8 @@ class SamplingBatch:
     num_steps: list[int] | None  # per row, the decode steps it takes: a row sitting out draws nothing
     # penalties, min_tokens, logprobs: None unless a request of the batch asks for one
     processing: RequestProcessing | None = None
+    # a prefill step's prompt log-probabilities, recorded by the runner; None unless a request asks
+    step_prompt_logprobs: PromptLogprobs | None = None
     grammar_masks: GrammarMasks | None = None  # None unless a request asks for structured outputs
 
 

@@ -92,6 +92,10 @@ class BlockManager:
             return last[3]
         hits = []
         num_full_blocks = (seq.host_len - 1) // self.block_size
+        if seq.first_prompt_logits_position is not None:
+            # cached blocks hold no logits: a prompt whose log-probabilities are asked for computes the
+            # positions that give them (vLLM skips the cache for such requests)
+            num_full_blocks = min(num_full_blocks, seq.first_prompt_logits_position // self.block_size)
         for i, block_hash in enumerate(self.block_hashes(seq, num_full_blocks)):
             block_id = self.hash_to_block_id.get(block_hash)
             if block_id is None:

@@ -71,6 +71,17 @@ class SequenceLifecycle:
         events, self.events = self.events, []
         return events
 
+    def abort(self, seq: Sequence) -> None:
+        """Drop one sequence wherever it is: waiting, or running with its KV blocks and token-table row (and
+        those reserved for its unstarted forks) given back now. A decode round in flight that holds it keeps
+        nothing of it (`Postprocessor` skips finished sequences)."""
+        if seq.status is SequenceStatus.RUNNING:
+            self._release(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        for member in (seq, *seq.forks):
+            member.status = SequenceStatus.FINISHED
+
     def abort_all(self) -> None:
         for seq in list(self.running):
             self._release(seq)

@@ -31,14 +31,18 @@ class Postprocessor:
         batch: ScheduledBatch,
         sampled_token_ids: list[list[int]],
         sampled_logprobs: list[list[dict[int, float]]] | None = None,
+        prompt_logprobs: list[list[dict[int, float]]] | None = None,
     ) -> list[Sequence]:
         """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in
         that order; with their log-probabilities where asked) up to a stop, and retire finished sequences.
         Returns the finished ones. A decode round's tokens replace the oldest of the sequence's pending
         ones; a sequence that finished while this round was in flight (see `DecodeRounds.next_round`) takes
-        nothing. A prompt's forks start here, on its first tokens."""
+        nothing. A prompt's forks start here, on its first tokens. `prompt_logprobs`: a prefill's, per
+        sequence of `batch.seqs`, for the prompt positions its step computed."""
         finished, sampled = [], iter(range(len(sampled_token_ids)))
-        for seq, num_tokens in zip(batch.seqs, batch.num_new_tokens):
+        for index, (seq, num_tokens) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
+            if prompt_logprobs is not None and seq.prompt_logprobs is not None:
+                seq.prompt_logprobs.extend(prompt_logprobs[index])
             if batch.is_prefill and seq.num_uncomputed_tokens > num_tokens:
                 # a chunk of a longer prompt: nothing sampled yet
                 self.block_manager.mark_computed(seq, seq.computed_len + num_tokens)

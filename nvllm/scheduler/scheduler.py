@@ -21,10 +21,10 @@ from nvllm.scheduler.token_rows import TokenRows
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_id: int):
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager, eos_token_ids: tuple[int, ...]):
         self.config = config
         self.block_manager = block_manager
-        self.stops = stops = StopChecker(eos_token_id, config.max_model_len)
+        self.stops = stops = StopChecker(eos_token_ids, config.max_model_len)
         policy = SchedulingPolicy(config.policy)
         self.lifecycle = SequenceLifecycle(policy, block_manager, TokenRows(config.max_num_seqs))
         self.admission = Admission(config, self.lifecycle)
@@ -83,13 +83,18 @@ class Scheduler:
         batch: ScheduledBatch,
         sampled_token_ids: list[list[int]],
         sampled_logprobs: list[list[dict[int, float]]] | None = None,
+        prompt_logprobs: list[list[dict[int, float]]] | None = None,
     ) -> list[Sequence]:
         """The finished sequences (see `Postprocessor.postprocess`)."""
-        return self.postprocessor.postprocess(batch, sampled_token_ids, sampled_logprobs)
+        return self.postprocessor.postprocess(batch, sampled_token_ids, sampled_logprobs, prompt_logprobs)
 
     def take_events(self) -> list[SchedulerEvent]:
         """What happened to requests since the last call, in order (the engine hands them on)."""
         return self.lifecycle.take_events()
+
+    def abort(self, seq: Sequence) -> None:
+        """Drop one request's sequence (see `SequenceLifecycle.abort`)."""
+        self.lifecycle.abort(seq)
 
     def abort_all(self) -> None:
         """Drop every request (after an error: the engine stays usable)."""

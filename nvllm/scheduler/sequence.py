@@ -63,10 +63,17 @@ class Sequence:
         self.stop_reason: str | int | None = None
         # log-probabilities of its output tokens where asked; appended to by Postprocessor
         self.logprobs: list[dict[int, float]] | None = [] if sampling_params.logprobs is not None else None
+        # per prompt position, its token's log-probabilities where asked (`prompt_logprobs`: position 0 has
+        # none, as nothing comes before it); appended to by Postprocessor as prefill steps compute them
+        self.prompt_logprobs: list[dict[int, float] | None] | None = None
+        if sampling_params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None]
         # an IncrementalDetokenizer where stop strings or streaming need the text; the engine's outputs
         self.detokenizer = None
         # (Penalties, row): its token history on the device, where penalised; the sampler's request processing
         self.penalty_history = None
+        # (BadWords, row): its last output tokens on the device, where it has bad words of several tokens
+        self.bad_words_history = None
         # its sample's grammar matcher (a GrammarState) where the request asks for structured outputs: set by
         # the engine's structured outputs at submission; the sampler's grammar masks advance its state
         self.grammar = None
@@ -86,6 +93,23 @@ class Sequence:
     def num_uncomputed_tokens(self) -> int:
         """1 while decoding (the newest sampled token); more while (re)filling the cache with a prompt."""
         return self.host_len - self.computed_len
+
+    @property
+    def first_prompt_logits_position(self) -> int | None:
+        """The first position whose logits the prompt's log-probabilities still need (those at position p
+        give token p + 1's); None when none are needed. The prefix cache serves only the blocks before it."""
+        if self.prompt_logprobs is None or len(self.prompt_logprobs) >= self.num_prompt_tokens:
+            return None
+        return len(self.prompt_logprobs) - 1
+
+    def prompt_logits_positions(self, num_new_tokens: int) -> range:
+        """Of the next `num_new_tokens` tokens a prefill step computes, the positions whose logits give
+        prompt log-probabilities not yet recorded."""
+        first = self.first_prompt_logits_position
+        if first is None:
+            return range(0)
+        start = max(self.computed_len, first)
+        return range(start, min(self.computed_len + num_new_tokens, self.num_prompt_tokens - 1))
 
     @property
     def num_completion_tokens(self) -> int:

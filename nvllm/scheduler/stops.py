@@ -10,8 +10,8 @@ STOP, LENGTH = "stop", "length"
 
 
 class StopChecker:
-    def __init__(self, eos_token_id: int, max_model_len: int):
-        self.eos_token_id = eos_token_id
+    def __init__(self, eos_token_ids: tuple[int, ...], max_model_len: int):
+        self.eos_token_ids = frozenset(eos_token_ids)
         self.max_model_len = max_model_len
 
     def tokens_left(self, seq: Sequence, length: int | None = None) -> int:
@@ -53,15 +53,15 @@ class StopChecker:
         params = seq.sampling_params
         if not params.stop_strings and not params.stop_token_ids and not params.min_tokens:
             # EOS alone (most requests): no per-token work
-            if not params.ignore_eos and self.eos_token_id in tokens:
-                return tokens.index(self.eos_token_id), None
+            if not params.ignore_eos and not self.eos_token_ids.isdisjoint(tokens):
+                return next(i for i, token in enumerate(tokens) if token in self.eos_token_ids), None
             return None
         stop_ids = params.stop_token_ids or ()
         detokenizer = seq.detokenizer if params.stop_strings else None
         for index, token in enumerate(tokens):
             # vLLM's rule for stop tokens and strings alike: only a token past the first `min_tokens` stops
             may_stop = seq.num_completion_tokens + index >= params.min_tokens
-            is_eos = token == self.eos_token_id and not params.ignore_eos
+            is_eos = token in self.eos_token_ids and not params.ignore_eos
             if may_stop and (is_eos or token in stop_ids):
                 # EOS first, as vLLM checks it: its stop reason is None even when it is a stop token id too
                 return index, None if is_eos else token  # its text is not the output's

@@ -3,7 +3,8 @@
 Byte-level BPE tokens can end inside a multi-byte character: decoding such a prefix ends in U+FFFD, which the
 next token may turn into a real character. Text is emitted only up to a token where it does not end so, and
 each step decodes a window of a few tokens (from `prefix_offset`), never the whole output. The concatenated
-text equals `tokenizer.decode` of all the tokens (`finish` releases what is still held at the end).
+text equals `tokenizer.decode` of all the tokens (`finish` releases what is still held at the end). Special
+tokens decode to no text where `skip_special_tokens` (vLLM's default): a window that adds only one adds "".
 """
 
 from __future__ import annotations
@@ -17,18 +18,27 @@ if TYPE_CHECKING:
 REPLACEMENT_CHARACTER = "\ufffd"
 
 
-def decode(tokenizer: Tokenizer, token_ids: list[int]) -> str:
-    """The one decoding rule of completions (the incremental one below agrees with it): special tokens
-    kept."""
-    return tokenizer.decode(token_ids)
+def decode(tokenizer: Tokenizer, token_ids: list[int], skip_special_tokens: bool) -> str:
+    """The one decoding rule of completions (the incremental one below agrees with it): the tokens marked
+    special left out where `skip_special_tokens`. The tokenizer is a fast (byte-level) one, whose decoder
+    puts no spaces between special tokens: `spaces_between_special_tokens` changes nothing here, as in
+    vLLM's fast detokenizer."""
+    return tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
 
 class IncrementalDetokenizer:
     """The text of `token_ids` as they are `add`ed, and the stop strings found in it. `text` is cut before the
     stop string that ends first (after it with `include_stop`); `stop_reason` is then that string."""
 
-    def __init__(self, tokenizer: Tokenizer, stop_strings: list[str] = (), include_stop: bool = False):
-        self.tokenizer = tokenizer
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        stop_strings: list[str] = (),
+        include_stop: bool = False,
+        *,
+        skip_special_tokens: bool,
+    ):
+        self.tokenizer, self.skip_special_tokens = tokenizer, skip_special_tokens
         self.token_ids: list[int] = []
         self.prefix_offset = 0  # decoding starts here: the window's first token
         self.read_offset = 0  # the tokens before this one are in `text`
@@ -46,8 +56,8 @@ class IncrementalDetokenizer:
         """Append one token; True when it completed a stop string (`check_stop`: look for one in the text
         it added)."""
         self.token_ids.append(token_id)
-        window_start = decode(self.tokenizer, self.token_ids[self.prefix_offset : self.read_offset])
-        window = decode(self.tokenizer, self.token_ids[self.prefix_offset :])
+        window_start = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self._decode(self.token_ids[self.prefix_offset :])
         if window.endswith(REPLACEMENT_CHARACTER):
             return False  # a character left unfinished: wait for the token that ends it
         start = len(self.text)
@@ -55,6 +65,9 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         self.token_ends.append((len(self.token_ids), len(self.text)))
         return check_stop and self._find_stop(start)
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return decode(self.tokenizer, token_ids, self.skip_special_tokens)
 
     def _find_stop(self, new_from: int) -> bool:
         """Cut `text` at the stop string that ends first in its characters from `new_from` on (as vLLM does;
@@ -75,8 +88,8 @@ class IncrementalDetokenizer:
         """The output is complete: text still held for an unfinished character is released (as U+FFFD),
         as is any held back for stop strings."""
         if self.stop_reason is None and self.read_offset < len(self.token_ids):
-            window_start = decode(self.tokenizer, self.token_ids[self.prefix_offset : self.read_offset])
-            self.text += decode(self.tokenizer, self.token_ids[self.prefix_offset :])[len(window_start) :]
+            window_start = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+            self.text += self._decode(self.token_ids[self.prefix_offset :])[len(window_start) :]
             self.read_offset = len(self.token_ids)
         self.held_back = 0
         self.token_ends = deque([(len(self.token_ids), len(self.text))])  # the rest goes out at once

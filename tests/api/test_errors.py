@@ -241,7 +241,7 @@ def test_block_size_the_backend_cannot_serve():
         ("tiny", dict(nope__x=1), "unknown LLM argument 'nope__x'"),
         ("tinny", {}, r"unknown model 'tinny'.*'tiny'"),
         ("../config", {}, r"model='../config': no such checkpoint directory"),
-        (3, {}, "model=3 must be a checkpoint directory, a preset name or None"),
+        (3, {}, "model=3 must be a checkpoint directory, a preset name, a hub id or None"),
         ("tiny", dict(kvcache_block_size="16"), "cache.block_size='16' must be int, not str"),
         ("tiny", dict(kvcache_block_size=16.0), "cache.block_size=16.0 must be int, not float"),
         ("tiny", dict(num_kvcache_blocks=3.7), "cache.num_blocks=3.7 must be int or None, not float"),

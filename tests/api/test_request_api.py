@@ -32,7 +32,9 @@ def test_request_output_reads_as_before_and_says_why_it_finished(llm, greedy_out
     assert isinstance(out, RequestOutput) and out.prompt_token_ids == PROMPTS[0]
     (completion,) = out.outputs
     assert out["token_ids"] == completion.token_ids and len(completion.token_ids) == GREEDY.max_tokens
-    assert out["text"] == completion.text == llm.tokenizer.decode(completion.token_ids)
+    assert (
+        out["text"] == completion.text == llm.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+    )
     assert completion.finish_reason == "length" and completion.stop_reason is None
     assert completion.logprobs is None
     metrics = out.metrics
@@ -44,12 +46,12 @@ def test_request_output_reads_as_before_and_says_why_it_finished(llm, greedy_out
 def stop_string_across_tokens(llm, token_ids: list[int]) -> tuple[str, int]:
     """A stop string made of the end of one token's text and the start of the next one's, and the number
     of tokens up to the one that completes it."""
-    pieces = [decode(llm.tokenizer, [t]) for t in token_ids]
+    pieces = [decode(llm.tokenizer, [t], skip_special_tokens=True) for t in token_ids]
     for index in range(4, len(pieces) - 1):
         left, right = pieces[index], pieces[index + 1]
         if len(left.strip()) >= 2 and len(right.strip()) >= 2 and REPLACEMENT_CHARACTER not in left + right:
             stop = left[-2:] + right[:2]
-            text = decode(llm.tokenizer, token_ids)
+            text = decode(llm.tokenizer, token_ids, skip_special_tokens=True)
             if text.find(stop) == len("".join(pieces[:index])) + len(left) - 2:  # its first occurrence
                 return stop, index + 2
     raise AssertionError("no two neighbouring tokens with text to span")
@@ -81,7 +83,7 @@ def test_stop_token_ids_stop_and_are_kept(llm, greedy_outputs):
 
 def test_finish_reasons_of_eos_and_length_in_the_scheduler():
     eos = 7
-    scheduler = Scheduler(SchedulerConfig(num_decode_steps=4), BlockManager(8, 16), eos_token_id=eos)
+    scheduler = Scheduler(SchedulerConfig(num_decode_steps=4), BlockManager(8, 16), eos_token_ids=(eos,))
     stops = Sequence([1, 2], SamplingParams(max_tokens=10))
     limited = Sequence([3, 4], SamplingParams(max_tokens=3))
     for seq in (stops, limited):
@@ -113,7 +115,12 @@ def test_streamed_deltas_add_up_to_the_output(llm):
     prompts = [random_prompt(12, seed) for seed in range(10, 16)]
     params = SamplingParams(temperature=1.0, seed=5, max_tokens=30, n=2)
     outputs = llm.generate(prompts, params, use_tqdm=False)
-    pieces = [decode(llm.tokenizer, [t]) for o in outputs for c in o.outputs for t in c.token_ids]
+    pieces = [
+        decode(llm.tokenizer, [t], skip_special_tokens=True)
+        for o in outputs
+        for c in o.outputs
+        for t in c.token_ids
+    ]
     assert any(REPLACEMENT_CHARACTER in piece for piece in pieces)  # characters split across tokens occur
     stream = streamed(llm, prompts, params)
     assert len(stream) == 2 * len(prompts)
@@ -135,20 +142,24 @@ def test_streamed_text_never_shows_a_stop_string_that_is_cut(greedy_outputs):
 def test_incremental_detokenizer_holds_split_characters(llm):
     text = "naïve café — 世界 🦜🧬 ok"
     token_ids = llm.tokenizer.encode(text)
-    assert any(REPLACEMENT_CHARACTER in decode(llm.tokenizer, [t]) for t in token_ids)
-    detokenizer = IncrementalDetokenizer(llm.tokenizer)
+    assert any(
+        REPLACEMENT_CHARACTER in decode(llm.tokenizer, [t], skip_special_tokens=True) for t in token_ids
+    )
+    detokenizer = IncrementalDetokenizer(llm.tokenizer, skip_special_tokens=True)
     deltas = []
     for token in token_ids:
         detokenizer.add(token)
         deltas.append(detokenizer.new_text())
     assert all(REPLACEMENT_CHARACTER not in delta for delta in deltas)
     assert "".join(deltas) == text
-    unfinished = IncrementalDetokenizer(llm.tokenizer)
+    unfinished = IncrementalDetokenizer(llm.tokenizer, skip_special_tokens=True)
     for token in llm.tokenizer.encode("🦜")[:-1]:  # the output ends inside a character
         unfinished.add(token)
     assert unfinished.new_text() == ""
     unfinished.finish()
-    assert unfinished.new_text() == decode(llm.tokenizer, llm.tokenizer.encode("🦜")[:-1])
+    assert unfinished.new_text() == decode(
+        llm.tokenizer, llm.tokenizer.encode("🦜")[:-1], skip_special_tokens=True
+    )
 
 
 def test_a_stream_left_early_drops_its_requests(llm, greedy_outputs):

@@ -49,7 +49,7 @@ def test_a_stop_token_ids_text_is_not_in_the_output(llm, base, include, stop_str
     (out,) = llm.generate(PROMPTS[2:3], params, use_tqdm=False)
     completion = out.outputs[0]
     assert completion.token_ids == tokens[: position + 1]  # the stop token's id is kept
-    assert completion.text == decode(llm.tokenizer, tokens[:position])
+    assert completion.text == decode(llm.tokenizer, tokens[:position], skip_special_tokens=True)
     assert "".join(delta.text for delta in streamed(llm, PROMPTS[2], params)) == completion.text
 
 
@@ -62,15 +62,15 @@ def test_eos_text_is_not_in_the_output(base):
     completion = out.outputs[0]
     assert (completion.finish_reason, completion.stop_reason) == ("stop", None)
     assert completion.token_ids == tokens[: position + 1]
-    assert completion.text == decode(llm.tokenizer, tokens[:position])
+    assert completion.text == decode(llm.tokenizer, tokens[:position], skip_special_tokens=True)
     assert "".join(delta.text for delta in deltas) == completion.text
 
 
 def two_stops_in_one_token(llm, token_ids: list[int]) -> tuple[str, str, int] | None:
     """Stop strings that both complete at token `index`: one starting in the token before and ending at
     its end, one starting later (the token's first two characters) and ending earlier."""
-    pieces = [decode(llm.tokenizer, [t]) for t in token_ids]
-    text = decode(llm.tokenizer, token_ids)
+    pieces = [decode(llm.tokenizer, [t], skip_special_tokens=True) for t in token_ids]
+    text = decode(llm.tokenizer, token_ids, skip_special_tokens=True)
     for index in range(1, len(pieces)):
         before, piece = pieces[index - 1], pieces[index]
         start = len("".join(pieces[:index]))
@@ -119,5 +119,5 @@ def test_a_deltas_token_ids_and_text_stay_in_step(llm, row):
         tokens, text = tokens + delta.token_ids, text + delta.text
         if delta.finish_reason is None:
             # the text of exactly the tokens handed out, though a possible stop string holds text back
-            assert decode(llm.tokenizer, tokens) == text
+            assert decode(llm.tokenizer, tokens, skip_special_tokens=True) == text
     assert (tokens, text) == (out.outputs[0].token_ids, out.outputs[0].text)

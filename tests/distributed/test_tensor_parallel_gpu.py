@@ -14,9 +14,10 @@ import time
 import pytest
 import torch
 
+from experiments.harness.parity import fp32_gap, is_near_tie, parting, precision_noise
 from nvllm import LLM, SamplingParams
 from tests.helpers import tp_exit_script
-from tests.helpers.parallel_oracle import parting, prefill_logits, relative_error
+from tests.helpers.parallel_oracle import prefill_logits, relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -78,7 +79,7 @@ def test_tp_matches_tp1_up_to_bf16(tensor_parallel_size, tp1_bf16, fp32_oracle):
     assert tp1_error < 0.1, f"TP=1 bf16 is {tp1_error:.3f} from fp32"
     assert relative_error(logits, fp32_logits) <= 1.5 * tp1_error + 0.01
     assert relative_error(logits, tp1_logits) <= 3 * tp1_error + 0.01
-    bf16_noise = (tp1_logits - fp32_logits).abs().max().item()
+    bf16_noise = precision_noise(tp1_logits, fp32_logits)
 
     agreed = 0
     for prompt, ours, theirs in zip(PROMPTS, generations, tp1_generations, strict=True):
@@ -89,8 +90,8 @@ def test_tp_matches_tp1_up_to_bf16(tensor_parallel_size, tp1_bf16, fp32_oracle):
         agreed += index
         context = prompt + theirs[:index]
         fp32 = prefill_logits(oracle, [context])[0]
-        gap = (fp32[ours[index]] - fp32[theirs[index]]).abs().item()
-        assert gap <= bf16_noise, (
+        gap = fp32_gap(fp32, ours[index], theirs[index])
+        assert is_near_tie(fp32, ours[index], theirs[index], bf16_noise), (
             f"prompt of {len(prompt)} tokens: TP={tensor_parallel_size} chose {ours[index]} and TP=1 "
             f"{theirs[index]} at token {index}; their fp32 logits are {gap:.3f} apart, bf16 noise "
             f"{bf16_noise:.3f}"

@@ -1,5 +1,6 @@
 """What the tensor-parallel tests compare an engine by: the logits of one prefill step, whatever the TP size
-(every rank runs the step, rank 0 keeps the logits), and where two greedy generations part."""
+(every rank runs the step, rank 0 keeps the logits). Where two greedy generations part, and whether at a
+near-tie: experiments.harness.parity."""
 
 from __future__ import annotations
 
@@ -36,8 +37,3 @@ def prefill_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
 def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     """The largest per-row relative L2 distance."""
     return ((ours - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item()
-
-
-def parting(a: list[int], b: list[int]) -> int | None:
-    """The first index where two generations differ (None: they agree over the shorter one)."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)

@@ -10,7 +10,7 @@ BLOCK_SIZE = 4
 
 
 def bare_scheduler(num_blocks: int, **config) -> Scheduler:
-    return Scheduler(SchedulerConfig(**config), BlockManager(num_blocks, BLOCK_SIZE), eos_token_id=EOS)
+    return Scheduler(SchedulerConfig(**config), BlockManager(num_blocks, BLOCK_SIZE), eos_token_ids=(EOS,))
 
 
 def run_step(scheduler: Scheduler, token_id: int = 1) -> tuple[ScheduledBatch, list[Sequence]]:

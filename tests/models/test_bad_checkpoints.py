@@ -204,9 +204,19 @@ BROKEN = [  # (id, config.json changes, change to the files, the error's message
         "original_max_position",
     ),
     ("partial-rotary", {"partial_rotary_factor": 0.5}, None, "partial_rotary_factor=0.5 is not supported"),
-    ("attention-bias", {"attention_bias": True}, None, "attention_bias=true"),
+    (  # honoured: the biases it asks for must then be there
+        "attention-bias",
+        {"attention_bias": True},
+        None,
+        r"weights missing from the checkpoint: .*o_proj.bias",
+    ),
     ("activation", {"hidden_act": "gelu"}, None, "hidden_act='gelu'"),
-    ("sliding-window", {"use_sliding_window": True}, None, "use_sliding_window=true"),
+    (
+        "sliding-window",
+        {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 2},
+        None,
+        "use_sliding_window=true",
+    ),
     (
         "sliding-layers",
         {"layer_types": ["full_attention", "sliding_attention"] * 2},

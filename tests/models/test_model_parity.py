@@ -104,5 +104,5 @@ def test_greedy_generation_equals_transformers_generate(tiny_checkpoint, hf_mode
                 torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None
             )[0, len(prompt) :].tolist()
             assert output["token_ids"] == expected
-            assert output["text"] == llm.tokenizer.decode(expected)
+            assert output["text"] == llm.tokenizer.decode(expected, skip_special_tokens=True)
     assert len({tuple(o["token_ids"]) for o in outputs}) == len(prompts)  # the model does depend on its input

@@ -16,7 +16,7 @@ SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)
 
 def test_cpu_batches_take_f_linear():
     x = torch.zeros(4, 8)
-    assert not uses_skinny_matmul(x, None)  # on the CPU
+    assert not uses_skinny_matmul(x)  # on the CPU
     torch.testing.assert_close(linear(x + 1, torch.ones(3, 8)), torch.full((4, 3), 8.0))
 
 
@@ -49,7 +49,7 @@ def test_skinny_matmul_matches_a_float32_matmul(out_features, in_features):
     for num_rows in (1, 2, 5, 16, SKINNY_MAX_ROWS + 1):
         x = torch.randn(num_rows, in_features, device="cuda", dtype=torch.bfloat16)
         expected = F.linear(x.float(), weight.float())
-        assert uses_skinny_matmul(x, None) == (num_rows <= SKINNY_MAX_ROWS)
+        assert uses_skinny_matmul(x) == (num_rows <= SKINNY_MAX_ROWS)
         got = linear(x, weight)
         assert got.dtype == torch.bfloat16 and got.shape == expected.shape
         # bf16 output rounding (~0.4 % of a value of std 1), accumulation in fp32

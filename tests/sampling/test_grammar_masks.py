@@ -28,7 +28,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def compiler(tokenizer):
-    return GrammarCompiler(tokenizer, MODEL.vocab_size, MODEL.eos_token_id)
+    return GrammarCompiler(tokenizer, MODEL.vocab_size, MODEL.eos_token_ids)
 
 
 def constrained_seq(compiler, params: StructuredOutputsParams) -> Sequence:
@@ -72,7 +72,7 @@ def test_the_output_stops_at_the_grammars_end(compiler, tokenizer):
     for token in (one, two):
         seq.grammar.consume(token)
     # a round sampled past the end: the tokens after it are not the output's
-    assert StopChecker(MODEL.eos_token_id, 1000).take(seq, [one, two, three, three]) == (2, (STOP, None))
+    assert StopChecker(MODEL.eos_token_ids, 1000).take(seq, [one, two, three, three]) == (2, (STOP, None))
 
 
 def test_compiled_grammars_are_cached_by_text(compiler):

@@ -27,12 +27,14 @@ OWNERS = {
     "num_in_flight_tokens": POSTPROCESS,
     "forks": POSTPROCESS,
     "logprobs": POSTPROCESS,
+    "prompt_logprobs": POSTPROCESS,
     "finish_reason": POSTPROCESS,
     "stop_reason": POSTPROCESS,
     "first_token_time": POSTPROCESS,
     "finished_time": POSTPROCESS,
     "detokenizer": "nvllm.engine.request_outputs",
     "penalty_history": "nvllm.sampling.request_processing",
+    "bad_words_history": "nvllm.sampling.bad_words",
     "grammar": "nvllm.engine.structured_outputs",
 }  # the others (seq_id, priority, num_prompt_tokens, sampling_params, generator, arrival_time): constructor's
 

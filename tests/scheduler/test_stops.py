@@ -21,7 +21,7 @@ def sequence(completion: list[int] = (), **params) -> Sequence:
 
 
 def test_tokens_left_is_the_nearer_of_max_tokens_and_max_model_len():
-    checker = StopChecker(EOS, max_model_len=20)
+    checker = StopChecker((EOS,), max_model_len=20)
     assert checker.tokens_left(sequence(max_tokens=10)) == 10
     seq = sequence([5, 6, 7], max_tokens=10)
     assert checker.tokens_left(seq) == 7
@@ -51,11 +51,11 @@ def test_tokens_left_is_the_nearer_of_max_tokens_and_max_model_len():
     ],
 )
 def test_take_stops_at_the_first_rule_that_ends_the_sequence(params, new_tokens, expected):
-    assert StopChecker(EOS, max_model_len=100).take(sequence(**params), new_tokens) == expected
+    assert StopChecker((EOS,), max_model_len=100).take(sequence(**params), new_tokens) == expected
 
 
 def test_take_at_max_model_len():
-    checker = StopChecker(EOS, max_model_len=6)
+    checker = StopChecker((EOS,), max_model_len=6)
     assert checker.take(sequence([5], max_tokens=50), [6, 6, 6]) == (1, (LENGTH, None))
     at_limit = sequence([5, 6], max_tokens=50)  # 6 tokens: the token it got would pass the limit
     assert checker.take(at_limit, [6]) == (0, (LENGTH, None))
@@ -77,7 +77,7 @@ def test_take_at_max_model_len():
 )
 def test_min_tokens_holds_stops_back(done, new_tokens, expected):
     seq = sequence(done, min_tokens=3, stop_token_ids=[9])
-    assert StopChecker(EOS, max_model_len=100).take(seq, new_tokens) == expected
+    assert StopChecker((EOS,), max_model_len=100).take(seq, new_tokens) == expected
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +106,11 @@ def test_stop_strings_through_the_detokenizer(tokenizer, params, expected, text)
     assert len(token_ids) == 6
     seq = sequence(**params)
     seq.detokenizer = IncrementalDetokenizer(
-        tokenizer, seq.sampling_params.stop_strings, seq.sampling_params.include_stop_str_in_output
+        tokenizer,
+        seq.sampling_params.stop_strings,
+        seq.sampling_params.include_stop_str_in_output,
+        skip_special_tokens=seq.sampling_params.skip_special_tokens,
     )
-    assert StopChecker(tokenizer.eos_token_id, max_model_len=100).take(seq, token_ids) == expected
+    assert StopChecker((tokenizer.eos_token_id,), max_model_len=100).take(seq, token_ids) == expected
     seq.detokenizer.finish()
     assert seq.detokenizer.text == text

@@ -1,0 +1,30 @@
+"""How two greedy generations of the same model are told apart from a wrong model: where they part, and
+whether that token is a near-tie. Computed in lower precision (bf16, fp8 weights, another reduction order)
+greedy paths part where the best two tokens are closer than the rounding, which is no error; the oracle is
+the model in fp32: at the parting, the two tokens' fp32 logits must be within the noise the lower
+precision puts on the logits (the largest distance of its logits, or log-probabilities, from fp32's)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def parting(a: list[int], b: list[int]) -> int | None:
+    """The first index where two generations differ (None: they agree over the shorter one)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+
+
+def precision_noise(ours: torch.Tensor, fp32: torch.Tensor) -> float:
+    """How far a lower-precision computation put its logits (or log-probabilities) from fp32's: the largest
+    difference."""
+    return (ours.float() - fp32.float()).abs().max().item()
+
+
+def fp32_gap(fp32_logits: torch.Tensor, token: int, other: int) -> float:
+    """How far apart the fp32 model puts two tokens (`fp32_logits`: one position's, over the vocabulary)."""
+    return (fp32_logits[token] - fp32_logits[other]).abs().item()
+
+
+def is_near_tie(fp32_logits: torch.Tensor, token: int, other: int, noise: float) -> bool:
+    """Whether choosing `token` or `other` at this position is within the rounding `noise`."""
+    return fp32_gap(fp32_logits, token, other) <= noise

@@ -1,0 +1,72 @@
+"""The serving benchmark's numbers from each request's timestamps: throughput, TTFT, TPOT, ITL and
+end-to-end latency (mean, p50, p90, p99 in ms), and goodput under the SLOs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class RequestTiming:
+    """One request as the client saw it: when it was sent, when each chunk of tokens arrived (seconds on
+    one clock), and how many tokens it generated; `error` where it failed."""
+
+    sent: float
+    chunk_times: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float:
+        return self.chunk_times[0] - self.sent
+
+    @property
+    def e2e(self) -> float:
+        return self.chunk_times[-1] - self.sent
+
+    @property
+    def tpot(self) -> float | None:
+        """Mean time per output token after the first (None for a single token)."""
+        if self.output_tokens < 2:
+            return None
+        return (self.chunk_times[-1] - self.chunk_times[0]) / (self.output_tokens - 1)
+
+    @property
+    def itls(self) -> list[float]:
+        return list(np.diff(self.chunk_times))
+
+
+def summary_ms(name: str, seconds: list[float]) -> dict[str, float | None]:
+    values = np.array(seconds) * 1e3
+    if not len(values):
+        return {f"{name}_{stat}_ms": None for stat in ("mean", *(f"p{p}" for p in PERCENTILES))}
+    stats = {f"{name}_mean_ms": float(values.mean())}
+    for p, value in zip(PERCENTILES, np.percentile(values, PERCENTILES)):
+        stats[f"{name}_p{p}_ms"] = float(value)
+    return stats
+
+
+def serving_metrics(
+    timings: list[RequestTiming], duration_s: float, ttft_slo_ms: float, tpot_slo_ms: float
+) -> dict:
+    done = [t for t in timings if t.error is None and t.chunk_times]
+    tpots = [t.tpot for t in done if t.tpot is not None]
+    good = [t for t in done if t.ttft * 1e3 <= ttft_slo_ms and (t.tpot or 0) * 1e3 <= tpot_slo_ms]
+    output_tokens = sum(t.output_tokens for t in done)
+    return {
+        "completed": len(done),
+        "failed": len(timings) - len(done),
+        "duration_s": duration_s,
+        "output_tokens": output_tokens,
+        "request_throughput": len(done) / duration_s,
+        "output_tok_per_s": output_tokens / duration_s,
+        "goodput": len(good) / duration_s,
+        **summary_ms("ttft", [t.ttft for t in done]),
+        **summary_ms("tpot", tpots),
+        **summary_ms("itl", [itl for t in done for itl in t.itls]),
+        **summary_ms("e2e", [t.e2e for t in done]),
+    }

@@ -1,0 +1,220 @@
+"""The engine for an asyncio program: requests are added and aborted at any time from the event loop, each
+with its own async stream of output deltas, while one background thread owns the engine and steps it as
+long as there is work. The event loop never waits for a step: intake and aborts are queued for the thread,
+which takes them between steps (under the engine's lock, nvllm/engine/ownership.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from nvllm.engine.llm_engine import LLMEngine
+from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer
+from nvllm.engine.request_validation import Prompt, check_priority, token_ids_of
+from nvllm.outputs import CompletionOutput
+from nvllm.sampling_params import SamplingParams
+from nvllm.scheduler.sequence import Sequence
+
+ABORTED = "abort"  # the finish reason of a request dropped before it finished (vLLM's)
+_END = object()  # the last item of a request's stream
+
+
+@dataclass
+class ServedRequest:
+    """One request as the background thread serves it; its stream is read on the event loop."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int
+    streaming: bool
+    loop: asyncio.AbstractEventLoop
+    outputs: asyncio.Queue = field(default_factory=asyncio.Queue)
+    accepted: asyncio.Future | None = None
+    samples: list[Sequence] = field(default_factory=list)  # the sequence and its forks, once queued
+    cursors: list[StreamCursor] = field(default_factory=list)
+
+    def put(self, item: object) -> None:
+        """Hand an item to the event loop (from the engine's thread); dropped once that loop is closed."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.outputs.put_nowait, item)
+
+    async def deltas(self) -> AsyncIterator[CompletionOutput]:
+        """Each sample's new tokens and text as they reach the host (`CompletionOutput.index`: the sample);
+        the deltas of a sample add up to its `generate` output. Raises what failed its step."""
+        while (item := await self.outputs.get()) is not _END:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    @property
+    def is_finished(self) -> bool:
+        return bool(self.cursors) and all(cursor.done for cursor in self.cursors)
+
+
+class AsyncEngine:
+    """Serves an `LLMEngine` (e.g. an `LLM`) from an asyncio loop. `on_finished(request)` is called on the
+    engine's thread for each request that ends (metrics)."""
+
+    def __init__(self, engine: LLMEngine, on_finished: Callable[[ServedRequest], None] | None = None):
+        self.engine = engine
+        self.on_finished = on_finished
+        self._intake: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._active: dict[str, ServedRequest] = {}
+        self._ids = itertools.count()
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="nvllm-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def num_active(self) -> int:
+        return len(self._active)
+
+    def tokenize(self, prompt: Prompt) -> list[int]:
+        return token_ids_of(prompt, self.engine.tokenizer)
+
+    async def add_request(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        request_id: str | None = None,
+        priority: int = 0,
+        streaming: bool = True,
+    ) -> ServedRequest:
+        """Queue a request; returns once the engine took it (a bad one raises its ValueError here).
+        `streaming`: its tokens go out as soon as each is sampled (decode rounds of one step while any such
+        request runs), else multi-step rounds keep their throughput."""
+        loop = asyncio.get_running_loop()
+        request = ServedRequest(
+            request_id=request_id or f"req-{next(self._ids)}",
+            prompt_token_ids=self.tokenize(prompt),
+            params=params,
+            priority=check_priority(priority),
+            streaming=streaming,
+            loop=loop,
+            accepted=loop.create_future(),
+        )
+        if request.request_id in self._active:
+            raise ValueError(f"request id {request.request_id!r} is already running")
+        self._submit(lambda: self._start(request))
+        await request.accepted
+        return request
+
+    def abort(self, request_id: str) -> asyncio.Future:
+        """Drop a request: its KV blocks and token-table row are free when the returned future is done, and
+        its stream ends with finish reason "abort". Unknown or finished ids are ignored (it may have just
+        finished). Not awaiting is fine (a disconnected client's handler, whose awaits are cancelled)."""
+        done = asyncio.get_running_loop().create_future()
+        if self._closing:  # shutdown aborts every request
+            done.set_result(None)
+        else:
+            self._submit(lambda: self._abort(request_id, done))
+        return done
+
+    def shutdown(self) -> None:
+        """Abort what runs, stop the thread, release the engine's device memory."""
+        if self._closing:
+            return
+        self._closing = True
+        self._wake.set()
+        self._thread.join()
+        self.engine.shutdown()
+
+    # ---- the engine's thread ------------------------------------------------------------------------
+    def _submit(self, work: Callable[[], None]) -> None:
+        if self._closing:
+            raise RuntimeError("the server is shutting down")
+        self._intake.put(work)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._closing:
+            self._wake.wait()
+            self._wake.clear()
+            while not self._closing:
+                self._take_intake()
+                if self.engine.is_finished():
+                    break
+                self._step()
+        self._take_intake()
+        for request_id in list(self._active):
+            self._abort(request_id, None)
+
+    def _take_intake(self) -> None:
+        while True:
+            try:
+                work = self._intake.get_nowait()
+            except queue.Empty:
+                return
+            work()
+
+    def _start(self, request: ServedRequest) -> None:
+        try:
+            seq = self.engine.add_request(request.prompt_token_ids, request.params, request.priority)
+        except Exception as error:  # noqa: BLE001 - the request's caller gets it, the engine runs on
+            _resolve(request.loop, request.accepted, error)
+            return
+        request.samples = [seq, *seq.forks]
+        for index, member in enumerate(request.samples):
+            if member.detokenizer is None:
+                attach_detokenizer(member, self.engine.tokenizer)
+            request.cursors.append(StreamCursor(member, index))
+        self._active[request.request_id] = request
+        _resolve(request.loop, request.accepted, None)
+
+    def _abort(self, request_id: str, done: asyncio.Future | None) -> None:
+        request = self._active.pop(request_id, None)
+        if request is not None:
+            self.engine.abort(request.samples)
+            for cursor in request.cursors:
+                if not cursor.done:
+                    cursor.done = True
+                    request.put(CompletionOutput(cursor.index, "", [], finish_reason=ABORTED))
+            self._end(request)
+        if done is not None:
+            _resolve(done.get_loop(), done, None)
+
+    def _step(self) -> None:
+        streaming = any(request.streaming for request in self._active.values())
+        decode = self.engine.scheduler.decode
+        decode.num_decode_steps = 1 if streaming else self.engine.config.scheduler.num_decode_steps
+        try:
+            self.engine.step()
+        except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
+            self.engine.abort_all()
+            for request in list(self._active.values()):
+                request.put(error)
+                self._end(request)
+            return
+        for request in list(self._active.values()):
+            for cursor in request.cursors:
+                if (delta := cursor.delta()) is not None:
+                    request.put(delta)
+            if request.is_finished:
+                self._end(request)
+
+    def _end(self, request: ServedRequest) -> None:
+        self._active.pop(request.request_id, None)
+        request.put(_END)
+        if self.on_finished is not None:
+            self.on_finished(request)
+
+
+def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, error: BaseException | None) -> None:
+    if loop.is_closed():
+        return
+
+    def settle() -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+    loop.call_soon_threadsafe(settle)

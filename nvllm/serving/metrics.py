@@ -1,0 +1,74 @@
+"""The server's Prometheus metrics: the engine's state read at each scrape (requests running and waiting, KV
+blocks in use, prefix-cache hit rate) and each finished request's latencies and token counts."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from nvllm.engine.llm_engine import LLMEngine
+from nvllm.serving.async_engine import ABORTED, ServedRequest
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class ServerMetrics:
+    """One registry per server (several can live in one process, as tests make them)."""
+
+    def __init__(self, engine: LLMEngine):
+        self.registry = registry = CollectorRegistry()
+        scheduler, blocks = engine.scheduler, engine.block_manager
+        Gauge("nvllm_num_requests_running", "Sequences running", registry=registry).set_function(
+            lambda: len(scheduler.running)
+        )
+        Gauge("nvllm_num_requests_waiting", "Sequences waiting", registry=registry).set_function(
+            lambda: len(scheduler.waiting)
+        )
+        Gauge("nvllm_kv_blocks_used", "KV cache blocks in use", registry=registry).set_function(
+            lambda: blocks.num_blocks - blocks.num_free_blocks
+        )
+        Gauge("nvllm_kv_blocks_total", "KV cache blocks", registry=registry).set(blocks.num_blocks)
+        Gauge(
+            "nvllm_prefix_cache_hit_rate",
+            "Share of prompt tokens found in the prefix cache",
+            registry=registry,
+        ).set_function(lambda: blocks.prefix_hit_rate)
+        self.prompt_tokens = Counter("nvllm_prompt_tokens", "Prompt tokens of requests", registry=registry)
+        self.generation_tokens = Counter("nvllm_generation_tokens", "Tokens generated", registry=registry)
+        self.requests = Counter(
+            "nvllm_requests_finished", "Requests ended", ["finish_reason"], registry=registry
+        )
+        self.ttft = Histogram(
+            "nvllm_time_to_first_token_seconds", "Arrival to first token", buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )  # fmt: skip
+        self.tpot = Histogram(
+            "nvllm_time_per_output_token_seconds", "Mean time between a request's later tokens",
+            buckets=LATENCY_BUCKETS_S, registry=registry,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "nvllm_e2e_request_latency_seconds", "Arrival to last token", buckets=LATENCY_BUCKETS_S,
+            registry=registry,
+        )  # fmt: skip
+
+    def request_finished(self, request: ServedRequest) -> None:
+        """Count a request that ended (on the engine's thread); an aborted one is counted, not timed."""
+        samples = request.samples
+        self.prompt_tokens.inc(len(request.prompt_token_ids))
+        self.generation_tokens.inc(sum(seq.num_completion_tokens for seq in samples))
+        aborted = any(seq.finish_reason is None for seq in samples)
+        self.requests.labels(finish_reason=ABORTED if aborted else "finished").inc()
+        if aborted or not samples:
+            return
+        arrival = samples[0].arrival_time
+        first = min(seq.first_token_time for seq in samples)
+        last = max(seq.finished_time for seq in samples)
+        self.ttft.observe(first - arrival)
+        self.e2e.observe(last - arrival)
+        for seq in samples:
+            if seq.num_completion_tokens > 1:
+                self.tpot.observe(
+                    (seq.finished_time - seq.first_token_time) / (seq.num_completion_tokens - 1)
+                )
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,63 @@
+"""`nvllm serve MODEL`: an engine, its async loop and the OpenAI app, served by uvicorn. uvicorn turns
+SIGTERM and Ctrl-C into a graceful shutdown: no new connections, running requests get
+`DRAIN_SECONDS` to finish, then the app's shutdown aborts the rest and releases the device."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from nvllm.engine.llm_engine import LLMEngine
+from nvllm.llm import LLM
+from nvllm.serving.app import build_app
+from nvllm.serving.async_engine import AsyncEngine
+from nvllm.serving.metrics import ServerMetrics
+
+DRAIN_SECONDS = 30
+
+
+def make_app(model: str, api_key: str | None = None, **overrides: Any) -> FastAPI:
+    """The app for `LLM(model, **overrides)`, named as `model` is given."""
+    return app_for(LLM(model, **overrides), model, api_key)
+
+
+def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> FastAPI:
+    metrics = ServerMetrics(llm)
+    engine = AsyncEngine(llm, on_finished=metrics.request_finished)
+    return build_app(engine, metrics, model_name=model_name, api_key=api_key)
+
+
+def serve(model: str, host: str, port: int, api_key: str | None = None, **overrides: Any) -> None:
+    import uvicorn
+
+    app = make_app(model, api_key, **overrides)
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, log_level="info")
+
+
+@contextmanager
+def background_server(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
+    """`app` served by uvicorn on a thread of this process, on a free port; yields its base URL. Leaving
+    the block shuts it down as SIGTERM would (the app's shutdown releases its engine)."""
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="nvllm-server", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"the server did not start on {host}:{port}")
+        time.sleep(0.05)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()

@@ -1,0 +1,169 @@
+"""The OpenAI server, with the official `openai` client against uvicorn serving the tiny model on a local
+port: greedy completions and chat equal `generate` and `chat`, streamed or not; n, stop, logprobs; eight
+concurrent clients; a client that leaves mid-stream frees its blocks; bad requests get OpenAI's errors; the
+same greedy text before and after all of it."""
+
+import asyncio
+import time
+
+import httpx
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from nvllm import LLM
+from nvllm.sampling_params import SamplingParams
+from nvllm.serving.app import build_app
+from nvllm.serving.async_engine import AsyncEngine
+from nvllm.serving.metrics import ServerMetrics
+from nvllm.serving.server import background_server
+
+PROMPTS = ["The capital of France is", "One, two, three,", "def main():", "Hello"]
+MESSAGES = [{"role": "user", "content": "Say something."}]
+MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def served():
+    llm = LLM("tiny", enforce_eager=True, max_num_seqs=8)
+    greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    expected = [out.outputs[0].text for out in llm.generate(PROMPTS, greedy, use_tqdm=False)]
+    expected_chat = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
+    metrics = ServerMetrics(llm)
+    engine = AsyncEngine(llm, on_finished=metrics.request_finished)
+    app = build_app(engine, metrics, "tiny", max_body_bytes=20_000)
+    with background_server(app) as url:
+        yield url, expected, expected_chat, engine, metrics
+    assert llm.model_runner is None  # the app's shutdown released the engine
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return openai.OpenAI(base_url=served[0] + "/v1", api_key="unused")
+
+
+def greedy_text(client, prompt: str, **extra) -> str:
+    out = client.completions.create(
+        model="tiny", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0, **extra
+    )
+    return out.choices[0].text
+
+
+def test_completion_and_stream_equal_generate(served, client):
+    expected = served[1]
+    assert greedy_text(client, PROMPTS[0]) == expected[0]
+    chunks = client.completions.create(
+        model="tiny", prompt=PROMPTS[1], max_tokens=MAX_TOKENS, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(chunks)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == expected[1]
+    assert chunks[-1].usage.completion_tokens == MAX_TOKENS
+
+
+def test_chat_and_stream_equal_llm_chat(served, client):
+    expected_chat = served[2]
+    out = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0
+    )
+    assert out.choices[0].message.content == expected_chat
+    stream = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream) == expected_chat
+
+
+def test_n_stop_and_logprobs(served, client):
+    out = client.completions.create(model="tiny", prompt="Hi", max_tokens=4, n=3, seed=1, temperature=1)
+    assert sorted(c.index for c in out.choices) == [0, 1, 2]
+    expected = served[1][0]
+    stop = expected[3:6]
+    assert greedy_text(client, PROMPTS[0], stop=[stop]) == expected[: expected.index(stop)]
+    out = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=3, temperature=0, logprobs=2)
+    logprobs = out.choices[0].logprobs
+    assert len(logprobs.tokens) == 3 and all(len(top) == 2 for top in logprobs.top_logprobs)
+    assert all(lp == max(top.values()) for lp, top in zip(logprobs.token_logprobs, logprobs.top_logprobs))
+    chat = client.chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, logprobs=True, top_logprobs=3
+    )
+    assert [len(t.top_logprobs) for t in chat.choices[0].logprobs.content] == [3, 3]
+
+
+def test_eight_concurrent_clients(served):
+    url, expected = served[0], served[1]
+    aclient = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused")
+
+    async def one(prompt: str, stream: bool) -> str:
+        args = dict(model="tiny", prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+        if not stream:
+            return (await aclient.completions.create(**args)).choices[0].text
+        return "".join(
+            [c.choices[0].text async for c in await aclient.completions.create(**args, stream=True)]
+        )
+
+    async def main():
+        return await asyncio.gather(*(one(PROMPTS[i % 4], stream=i < 4) for i in range(8)))
+
+    assert asyncio.run(main()) == [expected[i % 4] for i in range(8)]
+
+
+def metric(url: str, name: str) -> float:
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    return float(next(line.split()[1] for line in lines if line.startswith(name + " ")))
+
+
+def test_a_client_leaving_mid_stream_frees_its_blocks(served):
+    url = served[0]
+    body = {
+        "model": "tiny",
+        "prompt": "Long story:",
+        "max_tokens": 100_000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    with httpx.stream("POST", url + "/v1/completions", json=body) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert metric(url, "nvllm_kv_blocks_used") > 0
+    deadline = time.time() + 20
+    while metric(url, "nvllm_num_requests_running") or metric(url, "nvllm_kv_blocks_used"):
+        assert time.time() < deadline, "the request of a client that left still runs"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        ({"model": "gpt-4", "prompt": "x"}, 404, "does not exist"),
+        ({"prompt": "x", "temperature": -1}, 400, "temperature"),
+        ({"prompt": "x", "best_of": 2}, 400, "best_of"),
+        ({"prompt": "x " * 5000}, 400, "max_model_len"),
+        ({"prompt": "x" * 30_000}, 413, "exceeds the limit"),
+        ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ],
+)
+def test_bad_requests_get_openai_errors(served, body, status, words):
+    response = httpx.post(served[0] + "/v1/completions", json=body)
+    assert response.status_code == status
+    assert words in response.json()["error"]["message"]
+    assert response.json()["error"]["code"] == status
+
+
+def test_malformed_json_and_models(served, client):
+    response = httpx.post(served[0] + "/v1/completions", content=b"{not json")
+    assert response.status_code == 400 and "malformed JSON" in response.json()["error"]["message"]
+    assert [model.id for model in client.models.list()] == ["tiny"]
+    assert httpx.get(served[0] + "/health").status_code == 200
+
+
+def test_api_key(served):
+    guarded = build_app(served[3], served[4], "tiny", api_key="secret")
+    web = TestClient(guarded)  # no lifespan: the served engine stays up
+    assert web.get("/v1/models").status_code == 401
+    assert web.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert web.get("/v1/models", headers={"Authorization": "Bearer secret"}).status_code == 200
+    assert web.get("/health").status_code == 200
+
+
+def test_same_greedy_text_after_everything(served, client):
+    assert [greedy_text(client, prompt) for prompt in PROMPTS] == served[1]
