@@ -1,8 +1,8 @@
 """nvllm: an offline inference engine for Qwen3 models."""
 
-from nvllm.sampling_params import SamplingParams
+from nvllm.sampling_params import SamplingParams, StructuredOutputsParams
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams"]
 
 
 def __getattr__(name: str):

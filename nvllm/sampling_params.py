@@ -4,6 +4,8 @@ import numbers
 import sys
 from dataclasses import dataclass, field
 
+from nvllm.sampling.structured_params import StructuredOutputsParams, structured_outputs_of
+
 # Temperatures below this sample greedily: dividing logits by a smaller one overflows float32 (a logit of 40
 # over 1e-38 is past 3.4e38), and the draw is the argmax anyway. vLLM uses the same threshold.
 GREEDY_BELOW_TEMPERATURE = 1e-5
@@ -57,6 +59,8 @@ class SamplingParams:
     skip_special_tokens: bool = True  # the tokens marked special leave no text (vLLM's default)
     spaces_between_special_tokens: bool = True  # vLLM's; byte-level tokenizers put none either way
     detokenize: bool = True  # False: token ids only, every text ""
+    # the output's shape: a StructuredOutputsParams or a dict of its fields ({"json": schema}, {"regex": ..})
+    structured_outputs: StructuredOutputsParams | dict | None = None
     stop_strings: list[str] = field(init=False, repr=False, compare=False)  # `stop` as a list
 
     def __post_init__(self) -> None:
@@ -127,6 +131,7 @@ class SamplingParams:
         if not is_real(self.min_p) or not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p={self.min_p!r} must be a number in [0, 1] (0: off)")
         self._validate_token_filters()
+        self.structured_outputs = structured_outputs_of(self.structured_outputs)
         self.max_tokens, self.top_k = int(self.max_tokens), int(self.top_k)
         self.temperature, self.top_p = float(self.temperature), float(self.top_p)
         self.seed = None if self.seed is None else int(self.seed)

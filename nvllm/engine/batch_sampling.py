@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from nvllm.config import ModelConfig
+from nvllm.sampling.grammar_masks import grammar_masks
 from nvllm.sampling.logits_processors import Logprobs
 from nvllm.sampling.prompt_logprobs import prompt_logprobs
 from nvllm.sampling.request_processing import request_processing
@@ -33,6 +34,7 @@ def batch_sampling(
         sampling.step_prompt_logprobs = prompt_logprobs(
             batch.seqs, batch.num_new_tokens, model.vocab_size, device
         )
+    sampling.grammar_masks = grammar_masks(seqs, num_steps, device)
     return sampling
 
 

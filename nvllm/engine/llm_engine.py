@@ -27,6 +27,7 @@ from nvllm.engine.request_validation import (
 from nvllm.engine.scheduler_records import hand_on_scheduler_events
 from nvllm.engine.startup import freeze_startup_objects, log_startup, make_model_runner
 from nvllm.engine.step_builder import StepInputBuilder
+from nvllm.engine.structured_outputs import StructuredOutputs
 from nvllm.models import model_class
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
@@ -50,6 +51,7 @@ class LLMEngine:
         check_fits(config, DTYPES[config.model.dtype], config.device)  # as does a model too large
         start = time.perf_counter()
         self.tokenizer = load_tokenizer(config.model.path)
+        self.structured_outputs = StructuredOutputs(self.tokenizer, config.model)
         self.model_runner = make_model_runner(config)
         self.device = self.model_runner.device
         self.block_manager = BlockManager(
@@ -91,6 +93,7 @@ class LLMEngine:
         it changes any state."""
         check_request(token_ids, params, self.config, self.block_manager)
         check_token_filters(params, self.config.model.vocab_size, self.tokenizer)
+        self.structured_outputs.check(params)
 
     def add_request(self, prompt: Prompt, sampling_params: SamplingParams, priority: int = 0) -> Sequence:
         """Queue one request (`priority`: lower is served first under `scheduler.policy=priority`); its
@@ -112,6 +115,7 @@ class LLMEngine:
                 stacklevel=3,
             )
         seq = new_sequence(token_ids, params, priority, self.tokenizer)
+        self.structured_outputs.attach(seq)
         self.scheduler.add(seq)
         self.profiler.request_arrived(seq)
         return seq

@@ -25,9 +25,12 @@ def attach_detokenizer(seq: Sequence, tokenizer) -> None:
 
 def _text_token_ids(seq: Sequence) -> list[int]:
     """The completion tokens that make its text: all but a stop token (EOS or one of `stop_token_ids`)
-    that ended it, whose text vLLM leaves out whatever `include_stop_str_in_output` says."""
+    that ended it, whose text vLLM leaves out whatever `include_stop_str_in_output` says. A structured
+    output's grammar that ended on a token of text keeps it."""
     token_ids = seq.completion_token_ids
     stopped_by_token = seq.finish_reason == STOP and not isinstance(seq.stop_reason, str)
+    if seq.stop_reason is None and seq.grammar is not None and seq.grammar.ends_on_text:
+        stopped_by_token = False
     return token_ids[:-1] if stopped_by_token else token_ids
 
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from nvllm.sampling.grammar_masks import GrammarMasks
 from nvllm.sampling.logits_processors import RequestProcessing
 from nvllm.sampling_params import SamplingParams
 from nvllm.transfer import to_device
@@ -66,6 +67,7 @@ class SamplingBatch:
     processing: RequestProcessing | None = None
     # a prefill step's prompt log-probabilities, recorded by the runner; None unless a request asks
     step_prompt_logprobs: PromptLogprobs | None = None
+    grammar_masks: GrammarMasks | None = None  # None unless a request asks for structured outputs
 
 
 # `compile.sampler`: auto (compiled where the model is compiled on CUDA), on, off
@@ -127,11 +129,15 @@ class Sampler:
     def sample(self, logits: torch.Tensor, batch: SamplingBatch, step: int = 0) -> torch.Tensor:
         """One token per row of `logits` (as many rows as the batch was prepared for), on the device;
         `step`: the step of a decode round."""
-        processing = batch.processing
+        grammar, processing = batch.grammar_masks, batch.processing
+        allowed = logits if grammar is None else grammar.masked(logits, step)
         if processing is None:
-            return self._draw(logits, batch, step)
-        tokens = self._draw(processing.processed(logits, step), batch, step)
-        processing.sampled(tokens, step, logits)
+            tokens = self._draw(allowed, batch, step)
+        else:
+            tokens = self._draw(processing.processed(allowed, step), batch, step)
+            processing.sampled(tokens, step, logits)
+        if grammar is not None:
+            grammar.accept(tokens, step)
         return tokens
 
     def _draw(self, logits: torch.Tensor, batch: SamplingBatch, step: int) -> torch.Tensor:

@@ -25,7 +25,7 @@ class Sequence:
 
     Each field set after construction has one writer, named beside it (a test holds this): `BlockManager`
     (where the KV is), `SequenceLifecycle` (status), `TokenRows`, `Postprocessor` (tokens back from the
-    device), the sampler's request processing and the engine's detokenizer."""
+    device), the sampler's request processing, the engine's detokenizer and its structured outputs."""
 
     _ids = itertools.count()
 
@@ -74,6 +74,9 @@ class Sequence:
         self.penalty_history = None
         # (BadWords, row): its last output tokens on the device, where it has bad words of several tokens
         self.bad_words_history = None
+        # its sample's grammar matcher (a GrammarState) where the request asks for structured outputs: set by
+        # the engine's structured outputs at submission; the sampler's grammar masks advance its state
+        self.grammar = None
         self.arrival_time = time.time()
         self.first_token_time: float | None = None  # written by Postprocessor
         self.finished_time: float | None = None  # written by Postprocessor

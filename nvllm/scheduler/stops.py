@@ -1,5 +1,6 @@
 """Every rule that ends a sequence: EOS, `stop_token_ids`, stop strings (on the text, across token
-boundaries), `max_tokens` and `max_model_len`, with `min_tokens` holding the stops back."""
+boundaries), `max_tokens` and `max_model_len`, with `min_tokens` holding the stops back, and the end of a
+structured output's grammar."""
 
 from __future__ import annotations
 
@@ -28,12 +29,24 @@ class StopChecker:
         stop_at = self.tokens_left(seq, seq.host_len)  # 0 at max_model_len: the token it got would pass it
         if stop_at <= 0:
             return 0, (LENGTH, None)
-        stop = self._first_stop(seq, new_tokens[:stop_at])
+        grammar_end = self._grammar_end(seq)
+        stop = self._first_stop(seq, new_tokens[: min(stop_at, grammar_end)])
         if stop is not None:
             return stop[0] + 1, (STOP, stop[1])
+        if grammar_end <= min(stop_at, len(new_tokens)):
+            return grammar_end, (STOP, None)
         if stop_at <= len(new_tokens):
             return stop_at, (LENGTH, None)
         return len(new_tokens), None
+
+    @staticmethod
+    def _grammar_end(seq: Sequence) -> int:
+        """How many more tokens the sequence takes before its grammar's end (structured outputs: the output
+        is complete), or a number past any round where it has not ended."""
+        grammar = seq.grammar
+        if grammar is None or grammar.end_len is None:
+            return seq.sampling_params.max_tokens + 1
+        return grammar.end_len - seq.num_completion_tokens
 
     def _first_stop(self, seq: Sequence, tokens: list[int]) -> tuple[int, str | int | None] | None:
         """The index of the first of `tokens` that stops the sequence, and its stop reason, or None."""

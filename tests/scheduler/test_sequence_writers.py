@@ -35,6 +35,7 @@ OWNERS = {
     "detokenizer": "nvllm.engine.request_outputs",
     "penalty_history": "nvllm.sampling.request_processing",
     "bad_words_history": "nvllm.sampling.bad_words",
+    "grammar": "nvllm.engine.structured_outputs",
 }  # the others (seq_id, priority, num_prompt_tokens, sampling_params, generator, arrival_time): constructor's
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nvllm.sampling_params import SamplingParams
+from nvllm.sampling_params import SamplingParams, StructuredOutputsParams
 from nvllm.serving.request_mapping import sampling_params
 
 
@@ -34,3 +34,11 @@ def test_chat_logprobs_and_max_completion_tokens():
 def test_bad_fields_are_named(body, words):
     with pytest.raises(ValueError, match=words):
         sampling_params({"messages": [], **body}, "chat", 16)
+
+
+def test_response_format_maps_onto_structured_outputs():
+    schema = {"type": "object", "required": ["a"]}
+    body = {"messages": [], "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    assert sampling_params(body, "chat", 16).structured_outputs == StructuredOutputsParams(json=schema)
+    body = {"messages": [], "response_format": {"type": "json_object"}, "structured_outputs": None}
+    assert sampling_params(body, "chat", 16).structured_outputs.json == {"type": "object"}
