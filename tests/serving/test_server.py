@@ -21,6 +21,13 @@ from nvllm.serving.server import background_server
 PROMPTS = ["The capital of France is", "One, two, three,", "def main():", "Hello"]
 MESSAGES = [{"role": "user", "content": "Say something."}]
 MAX_TOKENS = 8
+# vLLM's error types, by status
+ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+}
 ALLOWED = [3, 50, 999, 4000]
 FORCED = 7
 
@@ -181,13 +188,19 @@ def test_a_client_leaving_mid_stream_frees_its_blocks(served):
 def test_bad_requests_get_openai_errors(served, body, status, words):
     response = httpx.post(served[0] + "/v1/completions", json=body)
     assert response.status_code == status
-    assert words in response.json()["error"]["message"]
-    assert response.json()["error"]["code"] == status
+    error = response.json()["error"]
+    assert words in error["message"]
+    assert (error["code"], error["type"]) == (status, ERROR_TYPES[status])
+    assert error["param"] is None
 
 
 def test_malformed_json_and_models(served, client):
     response = httpx.post(served[0] + "/v1/completions", content=b"{not json")
     assert response.status_code == 400 and "malformed JSON" in response.json()["error"]["message"]
+    response = httpx.post(served[0] + "/v1/chat/completions", json=[{"messages": MESSAGES}])
+    assert response.status_code == 400 and "must be a JSON object" in response.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client.chat.completions.create(model="tiny", messages="hello")
     assert [model.id for model in client.models.list()] == ["tiny"]
     assert httpx.get(served[0] + "/health").status_code == 200
 
@@ -195,7 +208,10 @@ def test_malformed_json_and_models(served, client):
 def test_api_key(served):
     guarded = build_app(served[3], served[4], "tiny", api_key="secret")
     web = TestClient(guarded)  # no lifespan: the served engine stays up
-    assert web.get("/v1/models").status_code == 401
+    refused = web.get("/v1/models")
+    assert refused.status_code == 401
+    error = refused.json()["error"]
+    assert error["type"] == ERROR_TYPES[401] and "API key" in error["message"]
     assert web.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert web.get("/v1/models", headers={"Authorization": "Bearer secret"}).status_code == 200
     assert web.get("/health").status_code == 200
