@@ -16,17 +16,29 @@ def test_percentiles_and_goodput_from_hand_computed_timestamps():
         RequestTiming(sent=0.0, chunk_times=[0.1, 0.2, 0.4], output_tokens=3),  # TTFT 100, TPOT 150
         RequestTiming(sent=1.0, chunk_times=[1.3, 1.4], output_tokens=2),  # TTFT 300, TPOT 100
         RequestTiming(sent=2.0, error="500"),
+        RequestTiming(sent=3.0, chunk_times=[3.05], output_tokens=1),  # TTFT 50, no TPOT
     ]
     metrics = serving_metrics(timings, duration_s=2.0, ttft_slo_ms=200, tpot_slo_ms=200)
-    assert metrics["completed"] == 2 and metrics["failed"] == 1
-    assert metrics["request_throughput"] == pytest.approx(1.0)
-    assert metrics["output_tok_per_s"] == pytest.approx(2.5)
-    assert metrics["goodput"] == pytest.approx(0.5)  # only the first meets the TTFT SLO
-    assert metrics["ttft_mean_ms"] == pytest.approx(200) and metrics["ttft_p50_ms"] == pytest.approx(200)
-    assert metrics["ttft_p90_ms"] == pytest.approx(280)  # numpy's linear interpolation: 100 + 0.9 * 200
-    assert metrics["tpot_mean_ms"] == pytest.approx(125)
-    assert metrics["itl_mean_ms"] == pytest.approx((100 + 200 + 100) / 3)
-    assert metrics["e2e_p50_ms"] == pytest.approx((400 + 400) / 2)
+    assert metrics["completed"] == 3 and metrics["failed"] == 1
+    assert metrics["output_tokens"] == 6 and metrics["output_tok_per_s"] == pytest.approx(3.0)
+    assert metrics["request_throughput"] == pytest.approx(1.5)
+    assert metrics["goodput"] == pytest.approx(1.0)  # the second misses the TTFT SLO
+    # numpy's linear interpolation over the sorted values: p90 of [50, 100, 300] = 100 + 0.8 * 200
+    expected = {
+        "ttft": (150, 100, 260, 296),
+        "tpot": (125, 125, 145, 149.5),  # [100, 150]
+        "itl": (400 / 3, 100, 180, 198),  # [100, 100, 200]
+        "e2e": (850 / 3, 400, 400, 400),  # [50, 400, 400]
+    }
+    for name, (mean, p50, p90, p99) in expected.items():
+        stats = [metrics[f"{name}_{stat}_ms"] for stat in ("mean", "p50", "p90", "p99")]
+        assert stats == pytest.approx([mean, p50, p90, p99]), name
+
+
+def test_no_completed_request_has_no_latencies():
+    metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 1.0, 500, 50)
+    assert (metrics["completed"], metrics["failed"], metrics["goodput"]) == (0, 1, 0)
+    assert metrics["ttft_p50_ms"] is None and metrics["e2e_mean_ms"] is None
 
 
 def test_arrivals_have_the_rate_and_inf_sends_at_once():
