@@ -4,10 +4,16 @@ import json
 
 import pytest
 
+from experiments.harness.job import check_job_config
+from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
 from experiments.runners.serving_stats import RequestTiming, serving_metrics
+from nvllm import LLM
+from nvllm.engine.llm_engine import LLMEngine
 from nvllm.run import compose_config
+from nvllm.serving.server import app_for, background_server
+from nvllm.tokenizer.tokenizer import load_tokenizer
 from tests.helpers.experiment_utils import SMALL_WORKLOAD, TINY
 
 
@@ -57,3 +63,112 @@ def test_serving_experiment_at_two_rates(tmp_path):
         assert row["output_tokens"] > 0 and row["output_tok_per_s"] > 0
     assert (tmp_path / serving.FIGURE).is_file()
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
+
+
+MAX_MODEL_LEN = 64
+EXCHANGES = [  # (first human turn, first gpt turn after it)
+    ("Hello there, how are you today?", "Fine, thanks. And you?"),
+    ("Name three colours.", "Red, green and blue are three colours that most people can name."),
+    (
+        "Write a haiku about the sea.",
+        "Waves fold into foam / salt wind carries gull voices / the tide keeps its time",
+    ),
+]
+CONVERSATIONS = [
+    {
+        "conversations": [
+            {"from": "human", "value": EXCHANGES[0][0]},
+            {"from": "gpt", "value": EXCHANGES[0][1]},
+        ]
+    },
+    {
+        "id": "system first, then more turns",
+        "conversations": [
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": EXCHANGES[1][0]},
+            {"from": "gpt", "value": EXCHANGES[1][1]},
+            {"from": "human", "value": "And three more?"},
+            {"from": "gpt", "value": "Cyan, magenta, yellow."},
+        ],
+    },
+    {
+        "conversations": [
+            {"from": "human", "value": EXCHANGES[2][0]},
+            {"from": "gpt", "value": EXCHANGES[2][1]},
+        ]
+    },
+    {"conversations": [{"from": "human", "value": "word " * 80}, {"from": "gpt", "value": "Too long."}]},
+    {"conversations": [{"from": "human", "value": "Short."}, {"from": "gpt", "value": "word " * 80}]},
+    {"conversations": [{"from": "human", "value": "No answer."}]},
+    {"conversations": [{"from": "gpt", "value": "An answer first."}, {"from": "human", "value": "Then?"}]},
+    {"conversations": [{"from": "human", "value": "An empty answer."}, {"from": "gpt", "value": ""}]},
+    "not a conversation",
+]
+
+
+@pytest.fixture
+def sharegpt_file(tmp_path):
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(CONVERSATIONS))
+    return path
+
+
+def test_sharegpt_first_exchanges_tokenized_too_long_and_incomplete_counted(sharegpt_file):
+    tokenizer = load_tokenizer(None)  # the tiny model's
+    pool = read_sharegpt(str(sharegpt_file), tokenizer, MAX_MODEL_LEN)
+    expected = [(tokenizer.encode(human), len(tokenizer.encode(gpt))) for human, gpt in EXCHANGES]
+    assert pool.requests == expected
+    assert (pool.num_skipped_too_long, pool.num_skipped_incomplete) == (2, 4)
+    assert all(len(prompt) + output_len <= MAX_MODEL_LEN for prompt, output_len in pool.requests)
+
+
+def test_a_sharegpt_file_that_is_no_list_or_has_nothing_that_fits_is_refused(tmp_path):
+    tokenizer = load_tokenizer(None)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"conversations": []}))
+    with pytest.raises(ValueError, match="must hold a JSON list"):
+        read_sharegpt(str(path), tokenizer, MAX_MODEL_LEN)
+    path.write_text(json.dumps(CONVERSATIONS[3:]))
+    with pytest.raises(ValueError, match="2 too long, 4 without"):
+        read_sharegpt(str(path), tokenizer, MAX_MODEL_LEN)
+    with pytest.raises(ValueError, match="no such file"):
+        read_sharegpt(str(tmp_path / "missing.json"), tokenizer, MAX_MODEL_LEN)
+
+
+def test_a_run_at_a_url_measures_that_server_without_an_engine_of_its_own(
+    tmp_path, sharegpt_file, monkeypatch
+):
+    """The server started here; the job, pointed at its URL with a ShareGPT workload, builds no engine and
+    gets every conversation that fits, each with its gpt turn's length of output."""
+    server_engine = LLM("tiny", enforce_eager=True, max_num_seqs=8)
+    built = []
+    engine_init = LLMEngine.__init__
+    monkeypatch.setattr(
+        LLMEngine, "__init__", lambda self, *a, **k: built.append(1) or engine_init(self, *a, **k)
+    )
+    with background_server(app_for(server_engine, "tiny")) as url:
+        overrides = ["+experiment=serving", *TINY, "wandb.mode=disabled", "wandb.group=null"]
+        overrides += [f"serving.url={url}", "serving.request_rates=[inf]", "workload.num_seqs=8"]
+        overrides += [f"workload.sharegpt_file={sharegpt_file}", f"scheduler.max_model_len={MAX_MODEL_LEN}"]
+        metrics = serving.run(compose_config(overrides), tmp_path)
+    assert not built, "the job built an engine of its own"
+    tokenizer = load_tokenizer(None)
+    [row] = metrics["per_rate"]
+    assert row["completed"] == len(EXCHANGES) and row["failed"] == 0
+    assert row["output_tokens"] == sum(len(tokenizer.encode(gpt)) for _, gpt in EXCHANGES)  # ignore_eos
+    assert 0 < row["ttft_p50_ms"] <= row["e2e_p99_ms"]
+    recorded = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    assert recorded["sharegpt_skipped_too_long"] == 2 and recorded["sharegpt_skipped_incomplete"] == 4
+    assert recorded["sharegpt_conversations_used"] == len(EXCHANGES)
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["workload.sharegpt_file=missing.json"], "no such file"),
+        (["workload.sharegpt_file=x.json", "workload=lengths_from_file"], "excludes workload.prompts"),
+    ],
+)
+def test_a_bad_sharegpt_workload_stops_the_job_before_the_engine(extra, words):
+    with pytest.raises(ValueError, match=words):
+        check_job_config(compose_config(["+experiment=serving", *TINY, *extra]))
