@@ -1,8 +1,8 @@
 """Online serving under load: the OpenAI server started in this process on the job's engine (or the one at
-`serving.url`), the workload's requests sent at each of `serving.request_rates` (requests/s; gamma arrivals
-of `serving.burstiness`, 1 = Poisson; `inf` = all at once), and per rate the request and output throughput,
-TTFT, TPOT, ITL and end-to-end percentiles, and goodput under `serving.slo`. A latency-vs-rate figure goes
-beside results.json."""
+`serving.url`, measured without building an engine here), the workload's requests sent at each of
+`serving.request_rates` (requests/s; gamma arrivals of `serving.burstiness`, 1 = Poisson; `inf` = all at
+once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, and
+goodput under `serving.slo`. A latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
