@@ -94,6 +94,11 @@ class JobRun:
             f"ShareGPT file {name}: {counts['sharegpt_conversations_used']} conversations used, "
             f"{counts['sharegpt_skipped_too_long']} skipped as longer than scheduler.max_model_len, "
             f"{counts['sharegpt_skipped_incomplete']} without a human turn answered by a gpt turn"
+            + (
+                f"; fewer than workload.num_seqs={self.job.workload.num_seqs}: each draw sends them all"
+                if len(pool.requests) < self.job.workload.num_seqs
+                else ""
+            )
         )
         return pool
 

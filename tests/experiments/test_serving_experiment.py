@@ -136,7 +136,7 @@ def test_a_sharegpt_file_that_is_no_list_or_has_nothing_that_fits_is_refused(tmp
 
 
 def test_a_run_at_a_url_measures_that_server_without_an_engine_of_its_own(
-    tmp_path, sharegpt_file, monkeypatch
+    tmp_path, sharegpt_file, monkeypatch, capsys
 ):
     """The server started here; the job, pointed at its URL with a ShareGPT workload, builds no engine and
     gets every conversation that fits, each with its gpt turn's length of output."""
@@ -152,6 +152,9 @@ def test_a_run_at_a_url_measures_that_server_without_an_engine_of_its_own(
         overrides += [f"workload.sharegpt_file={sharegpt_file}", f"scheduler.max_model_len={MAX_MODEL_LEN}"]
         metrics = serving.run(compose_config(overrides), tmp_path)
     assert not built, "the job built an engine of its own"
+    printed = capsys.readouterr().out
+    assert "3 conversations used, 2 skipped as longer than scheduler.max_model_len, 4 without" in printed
+    assert "fewer than workload.num_seqs=8" in printed
     tokenizer = load_tokenizer(None)
     [row] = metrics["per_rate"]
     assert row["completed"] == len(EXCHANGES) and row["failed"] == 0
