@@ -34,6 +34,16 @@ def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> Fast
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)
 
 
+def check_can_listen(host: str, port: int) -> None:
+    """A ValueError if `host:port` cannot be listened on (taken, or no address of this machine), found before
+    a model takes minutes to load."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
 def _stopped_on_request(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
@@ -42,6 +52,7 @@ def serve(model: str, host: str, port: int, api_key: str | None = None, **overri
     """Serve until SIGTERM or Ctrl-C, then shut down gracefully and exit with code 0."""
     import uvicorn
 
+    check_can_listen(host, port)
     app = make_app(model, api_key, **overrides)
     # uvicorn re-raises the signal that stopped it once its shutdown is done, under the handlers it found:
     # a server stopped on request then exits cleanly, not killed by its own signal.

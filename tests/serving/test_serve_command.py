@@ -115,6 +115,14 @@ def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parall
         time.sleep(0.1)
 
 
+def test_a_port_in_use_is_one_clear_line_before_the_model_loads(monkeypatch):
+    monkeypatch.setattr("nvllm.serving.server.make_app", lambda *args, **kwargs: pytest.fail("model loaded"))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit, match=f"nvllm serve: cannot listen on 127.0.0.1:{port}: .*in use"):
+            main(["serve", "tiny", "--port", str(port)])
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
