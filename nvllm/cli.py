@@ -26,6 +26,7 @@ COMMANDS = {
     "serve": "an OpenAI-compatible server for MODEL (a checkpoint dir or preset; key=value engine overrides)",
 }
 COMPLETION_FLAGS = ("-sc", "--shell-completion")
+MAX_PORT = 65535
 
 
 def usage() -> str:
@@ -119,11 +120,15 @@ def engine_overrides(pairs: list[str]) -> dict:
 def serve(args: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="nvllm serve", description=COMMANDS["serve"])
     parser.add_argument("model", help="checkpoint dir or preset name (tiny, qwen3-0.6b, ...)")
-    parser.add_argument("overrides", nargs="*", help="engine overrides: key=value (max_num_seqs=64, ...)")
+    parser.add_argument(
+        "overrides", nargs="*", default=[], help="engine overrides: key=value (max_num_seqs=64, ...)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
-    options = parser.parse_args(args)
+    options = parser.parse_intermixed_args(args)  # overrides before and after the options
+    if not 1 <= options.port <= MAX_PORT:
+        parser.error(f"argument --port: {options.port} is no TCP port (1 to {MAX_PORT})")
     if importlib.util.find_spec("fastapi") is None or importlib.util.find_spec("uvicorn") is None:
         raise SystemExit("nvllm serve needs the serve extra: pip install 'nvllm[serve]'")
     from nvllm.serving.server import serve as serve_model

@@ -42,6 +42,10 @@ class WorkloadConfig:
     # replacement) for random-token prompts, in place of the *_len keys. Relative paths: from the working
     # directory, else from conf/workload/ (where the example lives).
     lengths_file: str | None = None
+    # A ShareGPT-format JSON file of conversations (experiments/harness/sharegpt.py): each repeat draws
+    # num_seqs different ones, prompts and output lengths from their first exchange, in place of the *_len
+    # keys. A relative path is from the working directory.
+    sharegpt_file: str | None = None
     # How often the measured part runs, each time on fresh requests, after one warm-up. None: 3 on a GPU,
     # 1 on the CPU (where a run of a full-size model takes minutes).
     repeats: int | None = None
@@ -120,6 +124,13 @@ def validate_workload(workload: WorkloadConfig) -> None:
         problems.append(
             "workload.lengths_file and workload.prompts exclude each other: text prompts have "
             "the lengths they have"
+        )
+    if workload.sharegpt_file is not None and (
+        workload.prompts or workload.lengths_file is not None or workload.num_prefixes
+    ):
+        problems.append(
+            "workload.sharegpt_file gives the prompts and lengths: it excludes workload.prompts, "
+            "workload.lengths_file and workload.num_prefixes"
         )
     if workload.num_prefixes and workload.lengths_file is not None:
         problems.append("workload.num_prefixes and workload.lengths_file exclude each other")

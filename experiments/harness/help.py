@@ -27,6 +27,7 @@ COMMON_KEYS = {
     "workload.input_len": "prompt tokens (uniform from workload.min_input_len when that is set)",
     "workload.output_len": "new tokens (uniform from workload.min_output_len when that is set)",
     "workload.lengths_file": "a JSONL or CSV of input_len,output_len rows to draw lengths from",
+    "workload.sharegpt_file": "a ShareGPT JSON file of conversations to draw prompts and output lengths from",
     "workload.repeats": "measured repeats on fresh requests; null: 3 on a GPU, 1 on the CPU",
     "workload.seed": "draws the requests (repeat i: seed + i)",
     "cpu_threads": "torch's CPU threads; null: $OMP_NUM_THREADS, else the available cores",

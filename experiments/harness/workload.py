@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from experiments.harness.config import WorkloadConfig, conf_dir
+from experiments.harness.sharegpt import ShareGPTPool, check_sharegpt_file
 from experiments.runners.shared_prefix_workload import shared_prefix_prompts
 from nvllm.engine.llm_engine import Prompt
 from nvllm.engine.request_validation import longest_prompt
@@ -91,8 +92,11 @@ def check_prompt_len(prompt_len: int, max_model_len: int, what: str) -> None:
 
 
 def check_workload_fits(workload: WorkloadConfig, max_model_len: int) -> None:
-    """Every random prompt of the workload fits the engine: checked before anything is built."""
-    if workload.lengths_file is not None:
+    """Every random prompt of the workload fits the engine, and a ShareGPT file is there: checked before
+    anything is built (its conversations that do not fit are skipped when it is read)."""
+    if workload.sharegpt_file is not None:
+        check_sharegpt_file(workload.sharegpt_file)
+    elif workload.lengths_file is not None:
         read_lengths(workload.lengths_file, max_model_len)
     elif workload.num_prefixes:
         check_prompt_len(
@@ -103,7 +107,7 @@ def check_workload_fits(workload: WorkloadConfig, max_model_len: int) -> None:
 
 
 def make_requests(
-    workload: WorkloadConfig, vocab_size: int, repeat: int = 0
+    workload: WorkloadConfig, vocab_size: int, repeat: int = 0, sharegpt: ShareGPTPool | None = None
 ) -> tuple[list[Prompt], list[SamplingParams]]:
     """`num_seqs` prompts with their sampling params; the same ones for the same seed and repeat, whatever
     the engine. Repeat i draws with seed `workload.seed + i`: fresh random prompts, so the prefix cache
@@ -111,7 +115,8 @@ def make_requests(
 
     Random prompts are drawn exactly as nano-vLLM's bench.py draws them (Python's `random` seeded with
     `workload.seed`: each prompt's length then its token ids, then every output length), so that the
-    bench experiment and nano-vLLM's script run the very same requests (133,966 output tokens for seed 0)."""
+    bench experiment and nano-vLLM's script run the very same requests (133,966 output tokens for seed 0).
+    With `workload.sharegpt_file`, the requests are drawn from `sharegpt`, the file as read for the engine."""
     rng = random.Random(workload.seed + repeat)
     count = workload.num_seqs
     max_token_id = min(MAX_RANDOM_TOKEN_ID, vocab_size - 1)
@@ -127,6 +132,11 @@ def make_requests(
             temperature=workload.temperature, max_tokens=max_tokens, ignore_eos=workload.ignore_eos
         )
 
+    if workload.sharegpt_file is not None:
+        if sharegpt is None:
+            raise ValueError("workload.sharegpt_file needs the file read with the engine's tokenizer")
+        drawn = sharegpt.draw(count, rng)
+        return [prompt for prompt, _ in drawn], [params(output_len) for _, output_len in drawn]
     if workload.lengths_file is not None:
         lengths = rng.choices(read_lengths(workload.lengths_file), k=count)
         return [random_prompt(input_len) for input_len, _ in lengths], [params(out) for _, out in lengths]

@@ -1,8 +1,8 @@
 """Online serving under load: the OpenAI server started in this process on the job's engine (or the one at
-`serving.url`), the workload's requests sent at each of `serving.request_rates` (requests/s; gamma arrivals
-of `serving.burstiness`, 1 = Poisson; `inf` = all at once), and per rate the request and output throughput,
-TTFT, TPOT, ITL and end-to-end percentiles, and goodput under `serving.slo`. A latency-vs-rate figure goes
-beside results.json."""
+`serving.url`, measured without building an engine here), the workload's requests sent at each of
+`serving.request_rates` (requests/s; gamma arrivals of `serving.burstiness`, 1 = Poisson; `inf` = all at
+once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, and
+goodput under `serving.slo`. A latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
-from experiments.runners.serving_client import arrival_gaps, send_at_rate  # noqa: E402
+from experiments.runners.serving_client import arrival_gaps, send_at_rate, served_model  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
@@ -44,14 +44,16 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     serving = cfg.serving
     rates = [float(rate) for rate in serving.request_rates]
     per_rate = []
-    with job_run(job) as run:
-        model = job.engine.model.name
+    with job_run(job, build_engine=serving.url is None) as run:
         if serving.url is None:
             from nvllm.serving.server import app_for, background_server
 
+            model = job.engine.model.name
             server = background_server(app_for(run.llm, model))
         else:
-            server = nullcontext(serving.url.rstrip("/"))
+            url = serving.url.rstrip("/")
+            model = served_model(url)
+            server = nullcontext(url)
         with server as url:
             for index, rate in enumerate(rates):
                 prompts, params = run.requests(index)
@@ -70,5 +72,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 )
         plot_latency_vs_rate(per_rate, job.output_dir / FIGURE)
         summary = {f"{key}@{row['request_rate']:g}": value for row in per_rate for key, value in row.items()}
+        if run.sharegpt is not None:
+            summary.update(run.sharegpt.counts())
         run.record(summary, per_rate)
     return {"per_rate": per_rate, **summary}

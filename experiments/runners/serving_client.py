@@ -23,6 +23,16 @@ def arrival_gaps(num_requests: int, rate: float, burstiness: float, seed: int) -
     return list(rng.gamma(burstiness, 1 / (rate * burstiness), size=num_requests))
 
 
+def served_model(url: str) -> str:
+    """The model a server at `url` serves (its /v1/models), or a ValueError saying why there is none."""
+    try:
+        response = httpx.get(f"{url}/v1/models", timeout=10)
+        response.raise_for_status()
+        return response.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+        raise ValueError(f"serving.url={url!r}: no OpenAI server's /v1/models there ({error})") from None
+
+
 async def timed_request(
     client: httpx.AsyncClient, url: str, model: str, prompt: list[int], params: SamplingParams
 ) -> RequestTiming:

@@ -4,6 +4,7 @@ SIGTERM and Ctrl-C into a graceful shutdown: no new connections, running request
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -33,10 +34,30 @@ def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> Fast
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)
 
 
+def check_can_listen(host: str, port: int) -> None:
+    """A ValueError if `host:port` cannot be listened on (taken, or no address of this machine), found before
+    a model takes minutes to load."""
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
+def _stopped_on_request(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
 def serve(model: str, host: str, port: int, api_key: str | None = None, **overrides: Any) -> None:
+    """Serve until SIGTERM or Ctrl-C, then shut down gracefully and exit with code 0."""
     import uvicorn
 
+    check_can_listen(host, port)
     app = make_app(model, api_key, **overrides)
+    # uvicorn re-raises the signal that stopped it once its shutdown is done, under the handlers it found:
+    # a server stopped on request then exits cleanly, not killed by its own signal.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, _stopped_on_request)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, log_level="info")
 
 

@@ -4,10 +4,16 @@ import json
 
 import pytest
 
+from experiments.harness.job import check_job_config
+from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
 from experiments.runners.serving_stats import RequestTiming, serving_metrics
+from nvllm import LLM
+from nvllm.engine.llm_engine import LLMEngine
 from nvllm.run import compose_config
+from nvllm.serving.server import app_for, background_server
+from nvllm.tokenizer.tokenizer import load_tokenizer
 from tests.helpers.experiment_utils import SMALL_WORKLOAD, TINY
 
 
@@ -16,17 +22,29 @@ def test_percentiles_and_goodput_from_hand_computed_timestamps():
         RequestTiming(sent=0.0, chunk_times=[0.1, 0.2, 0.4], output_tokens=3),  # TTFT 100, TPOT 150
         RequestTiming(sent=1.0, chunk_times=[1.3, 1.4], output_tokens=2),  # TTFT 300, TPOT 100
         RequestTiming(sent=2.0, error="500"),
+        RequestTiming(sent=3.0, chunk_times=[3.05], output_tokens=1),  # TTFT 50, no TPOT
     ]
     metrics = serving_metrics(timings, duration_s=2.0, ttft_slo_ms=200, tpot_slo_ms=200)
-    assert metrics["completed"] == 2 and metrics["failed"] == 1
-    assert metrics["request_throughput"] == pytest.approx(1.0)
-    assert metrics["output_tok_per_s"] == pytest.approx(2.5)
-    assert metrics["goodput"] == pytest.approx(0.5)  # only the first meets the TTFT SLO
-    assert metrics["ttft_mean_ms"] == pytest.approx(200) and metrics["ttft_p50_ms"] == pytest.approx(200)
-    assert metrics["ttft_p90_ms"] == pytest.approx(280)  # numpy's linear interpolation: 100 + 0.9 * 200
-    assert metrics["tpot_mean_ms"] == pytest.approx(125)
-    assert metrics["itl_mean_ms"] == pytest.approx((100 + 200 + 100) / 3)
-    assert metrics["e2e_p50_ms"] == pytest.approx((400 + 400) / 2)
+    assert metrics["completed"] == 3 and metrics["failed"] == 1
+    assert metrics["output_tokens"] == 6 and metrics["output_tok_per_s"] == pytest.approx(3.0)
+    assert metrics["request_throughput"] == pytest.approx(1.5)
+    assert metrics["goodput"] == pytest.approx(1.0)  # the second misses the TTFT SLO
+    # numpy's linear interpolation over the sorted values: p90 of [50, 100, 300] = 100 + 0.8 * 200
+    expected = {
+        "ttft": (150, 100, 260, 296),
+        "tpot": (125, 125, 145, 149.5),  # [100, 150]
+        "itl": (400 / 3, 100, 180, 198),  # [100, 100, 200]
+        "e2e": (850 / 3, 400, 400, 400),  # [50, 400, 400]
+    }
+    for name, (mean, p50, p90, p99) in expected.items():
+        stats = [metrics[f"{name}_{stat}_ms"] for stat in ("mean", "p50", "p90", "p99")]
+        assert stats == pytest.approx([mean, p50, p90, p99]), name
+
+
+def test_no_completed_request_has_no_latencies():
+    metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 1.0, 500, 50)
+    assert (metrics["completed"], metrics["failed"], metrics["goodput"]) == (0, 1, 0)
+    assert metrics["ttft_p50_ms"] is None and metrics["e2e_mean_ms"] is None
 
 
 def test_arrivals_have_the_rate_and_inf_sends_at_once():
@@ -45,3 +63,115 @@ def test_serving_experiment_at_two_rates(tmp_path):
         assert row["output_tokens"] > 0 and row["output_tok_per_s"] > 0
     assert (tmp_path / serving.FIGURE).is_file()
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
+
+
+MAX_MODEL_LEN = 64
+EXCHANGES = [  # (first human turn, first gpt turn after it)
+    ("Hello there, how are you today?", "Fine, thanks. And you?"),
+    ("Name three colours.", "Red, green and blue are three colours that most people can name."),
+    (
+        "Write a haiku about the sea.",
+        "Waves fold into foam / salt wind carries gull voices / the tide keeps its time",
+    ),
+]
+CONVERSATIONS = [
+    {
+        "conversations": [
+            {"from": "human", "value": EXCHANGES[0][0]},
+            {"from": "gpt", "value": EXCHANGES[0][1]},
+        ]
+    },
+    {
+        "id": "system first, then more turns",
+        "conversations": [
+            {"from": "system", "value": "Be brief."},
+            {"from": "human", "value": EXCHANGES[1][0]},
+            {"from": "gpt", "value": EXCHANGES[1][1]},
+            {"from": "human", "value": "And three more?"},
+            {"from": "gpt", "value": "Cyan, magenta, yellow."},
+        ],
+    },
+    {
+        "conversations": [
+            {"from": "human", "value": EXCHANGES[2][0]},
+            {"from": "gpt", "value": EXCHANGES[2][1]},
+        ]
+    },
+    {"conversations": [{"from": "human", "value": "word " * 80}, {"from": "gpt", "value": "Too long."}]},
+    {"conversations": [{"from": "human", "value": "Short."}, {"from": "gpt", "value": "word " * 80}]},
+    {"conversations": [{"from": "human", "value": "No answer."}]},
+    {"conversations": [{"from": "gpt", "value": "An answer first."}, {"from": "human", "value": "Then?"}]},
+    {"conversations": [{"from": "human", "value": "An empty answer."}, {"from": "gpt", "value": ""}]},
+    "not a conversation",
+]
+
+
+@pytest.fixture
+def sharegpt_file(tmp_path):
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(CONVERSATIONS))
+    return path
+
+
+def test_sharegpt_first_exchanges_tokenized_too_long_and_incomplete_counted(sharegpt_file):
+    tokenizer = load_tokenizer(None)  # the tiny model's
+    pool = read_sharegpt(str(sharegpt_file), tokenizer, MAX_MODEL_LEN)
+    expected = [(tokenizer.encode(human), len(tokenizer.encode(gpt))) for human, gpt in EXCHANGES]
+    assert pool.requests == expected
+    assert (pool.num_skipped_too_long, pool.num_skipped_incomplete) == (2, 4)
+    assert all(len(prompt) + output_len <= MAX_MODEL_LEN for prompt, output_len in pool.requests)
+
+
+def test_a_sharegpt_file_that_is_no_list_or_has_nothing_that_fits_is_refused(tmp_path):
+    tokenizer = load_tokenizer(None)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"conversations": []}))
+    with pytest.raises(ValueError, match="must hold a JSON list"):
+        read_sharegpt(str(path), tokenizer, MAX_MODEL_LEN)
+    path.write_text(json.dumps(CONVERSATIONS[3:]))
+    with pytest.raises(ValueError, match="2 too long, 4 without"):
+        read_sharegpt(str(path), tokenizer, MAX_MODEL_LEN)
+    with pytest.raises(ValueError, match="no such file"):
+        read_sharegpt(str(tmp_path / "missing.json"), tokenizer, MAX_MODEL_LEN)
+
+
+def test_a_run_at_a_url_measures_that_server_without_an_engine_of_its_own(
+    tmp_path, sharegpt_file, monkeypatch, capsys
+):
+    """The server started here; the job, pointed at its URL with a ShareGPT workload, builds no engine and
+    gets every conversation that fits, each with its gpt turn's length of output."""
+    server_engine = LLM("tiny", enforce_eager=True, max_num_seqs=8)
+    built = []
+    engine_init = LLMEngine.__init__
+    monkeypatch.setattr(
+        LLMEngine, "__init__", lambda self, *a, **k: built.append(1) or engine_init(self, *a, **k)
+    )
+    with background_server(app_for(server_engine, "tiny")) as url:
+        overrides = ["+experiment=serving", *TINY, "wandb.mode=disabled", "wandb.group=null"]
+        overrides += [f"serving.url={url}", "serving.request_rates=[inf]", "workload.num_seqs=8"]
+        overrides += [f"workload.sharegpt_file={sharegpt_file}", f"scheduler.max_model_len={MAX_MODEL_LEN}"]
+        metrics = serving.run(compose_config(overrides), tmp_path)
+    assert not built, "the job built an engine of its own"
+    printed = capsys.readouterr().out
+    assert "3 conversations used, 2 skipped as longer than scheduler.max_model_len, 4 without" in printed
+    assert "fewer than workload.num_seqs=8" in printed
+    tokenizer = load_tokenizer(None)
+    [row] = metrics["per_rate"]
+    assert row["completed"] == len(EXCHANGES) and row["failed"] == 0
+    assert row["output_tokens"] == sum(len(tokenizer.encode(gpt)) for _, gpt in EXCHANGES)  # ignore_eos
+    assert 0 < row["ttft_p50_ms"] <= row["e2e_p99_ms"]
+    recorded = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    assert recorded["sharegpt_skipped_too_long"] == 2 and recorded["sharegpt_skipped_incomplete"] == 4
+    assert recorded["sharegpt_conversations_used"] == len(EXCHANGES)
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["workload.sharegpt_file=missing.json"], "no such file"),
+        (["workload.sharegpt_file=x.json", "workload=lengths_from_file"], "excludes workload.prompts"),
+    ],
+)
+def test_a_bad_sharegpt_workload_stops_the_job_before_the_engine(extra, words):
+    with pytest.raises(ValueError, match=words):
+        check_job_config(compose_config(["+experiment=serving", *TINY, *extra]))

@@ -42,3 +42,39 @@ def test_response_format_maps_onto_structured_outputs():
     assert sampling_params(body, "chat", 16).structured_outputs == StructuredOutputsParams(json=schema)
     body = {"messages": [], "response_format": {"type": "json_object"}, "structured_outputs": None}
     assert sampling_params(body, "chat", 16).structured_outputs.json == {"type": "object"}
+
+
+def test_token_filter_fields_map_onto_sampling_params():
+    filters = {"min_p": 0.1, "allowed_token_ids": [1, 2], "bad_words": ["no"]}
+    body = {"prompt": "x", "logit_bias": {"7": 100, "12": -5.5}, **filters}
+    expected = SamplingParams(max_tokens=16, logit_bias={7: 100.0, 12: -5.5}, **filters)
+    assert sampling_params(body, "completions", 16) == expected
+    chat = sampling_params({"messages": [], "logit_bias": {"3": -100}}, "chat", 16)
+    assert chat.logit_bias == {3: -100.0}
+
+
+def test_explicit_nulls_take_the_defaults():
+    body = {"prompt": "x", "temperature": None, "max_tokens": None, "logit_bias": None, "stop": None}
+    assert sampling_params(body, "completions", 16) == SamplingParams(max_tokens=16)
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"logit_bias": {"seven": 1}}, "must map token ids to numbers"),
+        ({"logit_bias": [7]}, "must be an object"),
+        ({"logit_bias": {"7": 101}}, "logit_bias="),
+        ({"min_p": 2}, "min_p="),
+        ({"allowed_token_ids": []}, "allowed_token_ids="),
+        ({"bad_words": [" "]}, "bad_words="),
+    ],
+)
+def test_bad_token_filters_are_named(body, words):
+    with pytest.raises(ValueError, match=words):
+        sampling_params({"prompt": "x", **body}, "completions", 16)
+
+
+@pytest.mark.parametrize("field", ["top_logprobs", "messages", "response_format", "max_completion_tokens"])
+def test_chat_only_fields_are_unknown_to_completions(field):
+    with pytest.raises(ValueError, match=f"unknown request field.*{field}"):
+        sampling_params({"prompt": "x", field: 1}, "completions", 16)

@@ -21,6 +21,32 @@ from nvllm.serving.server import background_server
 PROMPTS = ["The capital of France is", "One, two, three,", "def main():", "Hello"]
 MESSAGES = [{"role": "user", "content": "Say something."}]
 MAX_TOKENS = 8
+# vLLM's error types, by status
+ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+}
+ALLOWED = [3, 50, 999, 4000]
+FORCED = 7
+
+
+def filter_cases(llm: LLM, greedy_ids: list[int]) -> dict[str, tuple[dict, SamplingParams]]:
+    """Each token filter as a request body's fields and as the SamplingParams `generate` gets: seeded
+    sampling, so that the filter decides what differs. The bad word is a token of the greedy output (as
+    it starts a text), so that banning it changes that output."""
+    seeded = {"temperature": 1.0, "seed": 3}
+    bad_word = llm.tokenizer.decode([greedy_ids[1]])
+    fields = {
+        "min_p": {**seeded, "min_p": 0.2},
+        "logit_bias": {**seeded, "logit_bias": {FORCED: 100}},
+        "allowed_token_ids": {**seeded, "allowed_token_ids": ALLOWED},
+        "bad_words": {"temperature": 0, "bad_words": [bad_word]},
+    }
+    cases = {name: (body, SamplingParams(max_tokens=MAX_TOKENS, **body)) for name, body in fields.items()}
+    cases["logit_bias"][0]["logit_bias"] = {str(FORCED): 100}  # JSON's keys: strings, as OpenAI sends them
+    return cases
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +55,16 @@ def served():
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
     expected = [out.outputs[0].text for out in llm.generate(PROMPTS, greedy, use_tqdm=False)]
     expected_chat = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
+    greedy_ids = llm.generate(PROMPTS[:1], greedy, use_tqdm=False)[0].outputs[0].token_ids
+    filtered = {}
+    for name, (body, params) in filter_cases(llm, greedy_ids).items():
+        output = llm.generate(PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
+        filtered[name] = (body, output.token_ids, output.text)
     metrics = ServerMetrics(llm)
     engine = AsyncEngine(llm, on_finished=metrics.request_finished)
     app = build_app(engine, metrics, "tiny", max_body_bytes=20_000)
     with background_server(app) as url:
-        yield url, expected, expected_chat, engine, metrics
+        yield url, expected, expected_chat, engine, metrics, filtered
     assert llm.model_runner is None  # the app's shutdown released the engine
 
 
@@ -87,6 +118,18 @@ def test_n_stop_and_logprobs(served, client):
         model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, logprobs=True, top_logprobs=3
     )
     assert [len(t.top_logprobs) for t in chat.choices[0].logprobs.content] == [3, 3]
+
+
+def test_token_filters_equal_generate_with_the_same_sampling_params(served, client):
+    filtered = served[5]
+    assert filtered["logit_bias"][1] == [FORCED] * MAX_TOKENS  # +100 forces its token
+    assert set(filtered["allowed_token_ids"][1]) <= set(ALLOWED)
+    assert filtered["bad_words"][2] != served[1][0]  # the banned word changed the greedy text
+    for name, (body, _, text) in filtered.items():
+        out = client.completions.create(
+            model="tiny", prompt=PROMPTS[0], max_tokens=MAX_TOKENS, extra_body=body
+        )
+        assert out.choices[0].text == text, name
 
 
 def test_eight_concurrent_clients(served):
@@ -145,13 +188,19 @@ def test_a_client_leaving_mid_stream_frees_its_blocks(served):
 def test_bad_requests_get_openai_errors(served, body, status, words):
     response = httpx.post(served[0] + "/v1/completions", json=body)
     assert response.status_code == status
-    assert words in response.json()["error"]["message"]
-    assert response.json()["error"]["code"] == status
+    error = response.json()["error"]
+    assert words in error["message"]
+    assert (error["code"], error["type"]) == (status, ERROR_TYPES[status])
+    assert error["param"] is None
 
 
 def test_malformed_json_and_models(served, client):
     response = httpx.post(served[0] + "/v1/completions", content=b"{not json")
     assert response.status_code == 400 and "malformed JSON" in response.json()["error"]["message"]
+    response = httpx.post(served[0] + "/v1/chat/completions", json=[{"messages": MESSAGES}])
+    assert response.status_code == 400 and "must be a JSON object" in response.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        client.chat.completions.create(model="tiny", messages="hello")
     assert [model.id for model in client.models.list()] == ["tiny"]
     assert httpx.get(served[0] + "/health").status_code == 200
 
@@ -159,7 +208,10 @@ def test_malformed_json_and_models(served, client):
 def test_api_key(served):
     guarded = build_app(served[3], served[4], "tiny", api_key="secret")
     web = TestClient(guarded)  # no lifespan: the served engine stays up
-    assert web.get("/v1/models").status_code == 401
+    refused = web.get("/v1/models")
+    assert refused.status_code == 401
+    error = refused.json()["error"]
+    assert error["type"] == ERROR_TYPES[401] and "API key" in error["message"]
     assert web.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert web.get("/v1/models", headers={"Authorization": "Bearer secret"}).status_code == 200
     assert web.get("/health").status_code == 200
