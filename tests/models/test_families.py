@@ -188,3 +188,21 @@ def test_every_end_of_sequence_token_a_checkpoint_lists_stops_generation(tmp_pat
         stopped = llm.generate([prompt], SamplingParams(max_tokens=6, temperature=0), use_tqdm=False)
     sample = stopped[0].outputs[0]
     assert sample.token_ids == tokens[:3] and (sample.finish_reason, sample.stop_reason) == ("stop", None)
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+def test_fp8_weights_with_biases_match_transformers_on_the_dequantized_weights(tmp_path, family):
+    """`model.quantization=fp8` on families with biases: the matmuls' weights quantized, the biases added
+    unquantized after them, as transformers computes with the dequantized weights."""
+    from nvllm.ops.fp8 import dequantized, quantize_rows
+
+    path = write_family_checkpoint(tmp_path, family)
+    hf = load_family_model(path)
+    for module in hf.model.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = dequantized(*quantize_rows(module.weight.data), torch.float32)
+    with engine(path, model__quantization="fp8", max_num_batched_tokens=128) as llm:
+        ours = prefill_logits(llm, PROMPTS[:3])
+    with torch.no_grad():
+        for row, prompt in zip(ours, PROMPTS[:3]):
+            torch.testing.assert_close(row, hf(torch.tensor([prompt])).logits[0, -1], atol=2e-4, rtol=1e-4)
