@@ -25,7 +25,10 @@ pytestmark = pytest.mark.gpu
 MODEL = ModelConfig()
 SCHEMA = {
     "type": "object",
-    "properties": {"id": {"type": "integer"}, "word": {"type": "string", "maxLength": 8}},
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 999},
+        "word": {"type": "string", "maxLength": 8},
+    },
     "required": ["id", "word"],
     "additionalProperties": False,
 }
