@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from nvllm.config import ModelConfig
@@ -17,14 +15,9 @@ from nvllm.scheduler.scheduler import ScheduledBatch
 
 
 def batch_sampling(
-    batch: ScheduledBatch,
-    num_rows: int,
-    model: ModelConfig,
-    device: torch.device | str,
-    wait_for_device: Callable[[torch.cuda.Event], None] | None = None,
+    batch: ScheduledBatch, num_rows: int, model: ModelConfig, device: torch.device | str
 ) -> SamplingBatch:
-    """`num_rows`: the rows of logits the batch's last step gives (padding rows included);
-    `wait_for_device`: the runner's, with which the grammar masks wait for sampled tokens."""
+    """`num_rows`: the rows of logits the batch's last step gives (padding rows included)."""
     seqs = batch.sampled_seqs
     num_steps = None if batch.is_prefill else batch.num_new_tokens
     sampling = Sampler.prepare(
@@ -41,7 +34,7 @@ def batch_sampling(
         sampling.step_prompt_logprobs = prompt_logprobs(
             batch.seqs, batch.num_new_tokens, model.vocab_size, device
         )
-    sampling.grammar_masks = grammar_masks(seqs, num_steps, device, wait_for_device)
+    sampling.grammar_masks = grammar_masks(seqs, num_steps, device)
     return sampling
 
 
