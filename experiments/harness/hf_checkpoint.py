@@ -13,32 +13,18 @@ import torch
 from safetensors.torch import save_file
 
 from nvllm.config import ModelConfig
+from nvllm.models.hf_config import ROPE_KEYS
 from nvllm.models.weights import random_tensors
 
 # ModelConfig's fields that say where and how the engine runs the model: no part of its config.json
 ENGINE_FIELDS = ("name", "path", "revision", "dtype", "quantization", "architecture")
 
 
-# each RoPE scaling's keys in transformers' `rope_parameters` (nvllm.models.hf_config reads them back)
-ROPE_PARAMETERS = {
-    "default": (),
-    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-    "yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "truncate",
-    ),
-}
-
-
 def rope_parameters(model: ModelConfig) -> dict:
     """transformers 5's `rope_parameters` of `model` (ModelConfig names the factor `rope_scaling_factor`)."""
     fields = asdict(model) | {"rope_factor": model.rope_scaling_factor}
     parameters = {"rope_type": model.rope_scaling, "rope_theta": model.rope_theta}
-    for key in ROPE_PARAMETERS[model.rope_scaling]:
+    for key in sorted(ROPE_KEYS[model.rope_scaling]):  # the keys nvllm.models.hf_config reads back
         if fields[f"rope_{key}"] is not None:
             parameters[key] = fields[f"rope_{key}"]
     return parameters

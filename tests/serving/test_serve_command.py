@@ -15,6 +15,7 @@ import pytest
 
 from nvllm import LLM, SamplingParams
 from nvllm.cli import main
+from tests.helpers.tp_exit_script import alive
 
 ENGINE = ["enforce_eager=true", "max_num_seqs=4", "max_model_len=256"]
 MESSAGES = [{"role": "user", "content": "Say something."}]
@@ -63,14 +64,6 @@ def cmdline(pid: int) -> str:
             return file.read().replace(b"\0", b" ").decode()
     except OSError:
         return "?"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize("tensor_parallel_size", [1, 2])
