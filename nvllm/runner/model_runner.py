@@ -279,6 +279,7 @@ class ModelRunner:
         copies = to_device(copies, self.device)
         for layer in self._attention_layers(self.model):
             for cache in (layer.k_cache, layer.v_cache):
+                cache = cache.view(torch.uint8)  # the blocks' bytes: index_copy_ has no float8 kernel on CPU
                 cache.index_copy_(0, copies[:, 1], cache.index_select(0, copies[:, 0]))
 
     @staticmethod

@@ -64,3 +64,17 @@ def test_fp8_cache_holds_twice_the_blocks_of_a_bf16_cache_in_the_same_memory():
 def test_unknown_kv_cache_dtype_is_refused_by_name():
     with pytest.raises(ValueError, match="cache.dtype='int8' must be auto or fp8"):
         tiny_llm(kv_cache_dtype="int8")
+
+
+def test_forked_samples_copy_their_fp8_blocks_and_preempted_ones_recompute_them():
+    prompt = random_prompt(40, seed=9)  # ends inside a block: each sample gets a copy of it
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    with tiny_llm(kv_cache_dtype="fp8", **SETTINGS) as llm:
+        alone = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0].token_ids
+        forked = llm.generate([prompt], SamplingParams(n=3, temperature=0, max_tokens=20, ignore_eos=True))[0]
+    assert [sample.token_ids for sample in forked.outputs] == [alone] * 3
+    # 4 blocks of 16 tokens hold one of the three sequences at a time: the others are preempted
+    with tiny_llm(kv_cache_dtype="fp8", num_kvcache_blocks=4, **SETTINGS) as llm:
+        squeezed = llm.generate([prompt] * 3, params, use_tqdm=False)
+        assert llm.scheduler.num_preemptions > 0
+    assert [request.outputs[0].token_ids for request in squeezed] == [alone] * 3
