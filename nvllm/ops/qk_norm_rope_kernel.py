@@ -89,8 +89,11 @@ def _qk_norm_rope_store_kernel(
         writes = (slots >= 0)[:, None]  # -1: a padded token, which writes nothing
         keys = rows + (NUM_HEADS + kv_head) * HEAD_DIM
         k1, k2 = _rms_norm_rope(keys, writes, k_norm_weight_ptr, cos, sin, eps, HEAD_DIM, NORM)
-        if CACHE_MAX > 0:  # an fp8 cache: saturate, then the store's conversion rounds (in registers)
-            k1, k2 = tl.clamp(k1, -CACHE_MAX, CACHE_MAX), tl.clamp(k2, -CACHE_MAX, CACHE_MAX)
+        if CACHE_MAX > 0:  # an fp8 cache: the key rounded to the model's dtype as the modules round it,
+            # saturated, then rounded to fp8 by the store's conversion (all in registers)
+            dtype = qkv_ptr.dtype.element_ty
+            k1 = tl.clamp(k1.to(dtype).to(tl.float32), -CACHE_MAX, CACHE_MAX)
+            k2 = tl.clamp(k2.to(dtype).to(tl.float32), -CACHE_MAX, CACHE_MAX)
         k_out = k_cache_ptr + (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM
         tl.store(k_out + half, k1.to(k_cache_ptr.dtype.element_ty), mask=writes)
         tl.store(k_out + HEAD_DIM // 2 + half, k2.to(k_cache_ptr.dtype.element_ty), mask=writes)
