@@ -70,6 +70,7 @@ class CacheConfig:
     num_blocks: int | None = None  # None: as many as the memory budget allows
     cpu_memory_gib: float = 2.0  # the KV budget on the CPU, where there is no device memory to measure
     enable_prefix_caching: bool = True
+    dtype: str = "auto"  # what K and V are stored as: auto (the model's dtype) or fp8 (e4m3, a byte each)
 
 
 @dataclass(frozen=True)

@@ -91,21 +91,30 @@ def report(
         f"{model}, {len(first)} prompts, {new_tokens} greedy tokens each; weights: "
         + ", ".join(f"{names[name]} {gib:.2f} GiB" for name, gib in weights_gib.items()),
         "",
-        "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
-        f"| gap where they part, nats: median (max), partings in the reference's top {TOP_LOGPROBS} |",
-        "| --- | --- | --- | --- | --- |",
+        *TABLE_HEADER,
     ]
     for (reference, other), pair in agreements.items():
-        gaps = [a.gap_at_parting for a in pair if a.gap_at_parting is not None]
-        parted = sum(a.parted for a in pair)
-        shared = [a.shared for a in pair]
-        gap = f"{statistics.median(gaps):.3f} ({max(gaps):.3f}), {len(gaps)} of {parted}" if gaps else "-"
-        lines.append(
-            f"| {names[other]} against {names[reference]} | {len(pair) - parted} of {len(pair)} "
-            f"| {statistics.median(shared)} ({min(shared)}) "
-            f"| {statistics.fmean(a.mean_logprob_difference for a in pair):.4f} | {gap} |"
-        )
+        lines.append(table_row(f"{names[other]} against {names[reference]}", pair))
     return "\n".join(lines)
+
+
+TABLE_HEADER = (
+    "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
+    f"| gap where they part, nats: median (max), partings in the reference's top {TOP_LOGPROBS} |",
+    "| --- | --- | --- | --- | --- |",
+)
+
+
+def table_row(label: str, pair: list[Agreement]) -> str:
+    """One pair's agreements over the prompts as a row under TABLE_HEADER."""
+    gaps = [a.gap_at_parting for a in pair if a.gap_at_parting is not None]
+    parted = sum(a.parted for a in pair)
+    shared = [a.shared for a in pair]
+    gap = f"{statistics.median(gaps):.3f} ({max(gaps):.3f}), {len(gaps)} of {parted}" if gaps else "-"
+    return (
+        f"| {label} | {len(pair) - parted} of {len(pair)} | {statistics.median(shared)} ({min(shared)}) "
+        f"| {statistics.fmean(a.mean_logprob_difference for a in pair):.4f} | {gap} |"
+    )
 
 
 def main() -> None:

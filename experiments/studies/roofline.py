@@ -26,7 +26,7 @@ from experiments.harness.workload import make_requests
 from nvllm.config import ModelConfig, to_dataclass
 from nvllm.profiling.utilization import DevicePeak, ModelWork, decode_keys, peak_of_name, prefill_keys
 from nvllm.run import compose_config
-from nvllm.runner.dtypes import DTYPES, resolved_dtype
+from nvllm.runner.dtypes import DTYPES, kv_cache_dtype, resolved_dtype
 
 # (bandwidth, FLOP/s) shares: the peaks, and about what the best kernels measured on the H200 reach
 # (decode attention and small-batch matmuls streaming; large bf16 matmuls), per
@@ -79,7 +79,8 @@ def main() -> None:
         )
     cfg = compose_config(overrides)
     model = to_dataclass(ModelConfig, OmegaConf.to_container(cfg.model, resolve=True))
-    work = ModelWork.of(model, DTYPES[resolved_dtype(model.dtype, on_cuda=True)])  # the bound is a GPU's
+    dtype = DTYPES[resolved_dtype(model.dtype, on_cuda=True)]  # the bound is a GPU's
+    work = ModelWork.of(model, dtype, kv_cache_dtype(cfg.cache.dtype, dtype))
     prompts, params = make_requests(workload_config(cfg), model.vocab_size)
     lengths = [(len(prompt), p.max_tokens) for prompt, p in zip(prompts, params)]
     print(

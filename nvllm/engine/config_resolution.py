@@ -18,7 +18,7 @@ from nvllm.config import QUANTIZATIONS, EngineConfig, ModelConfig, checked_value
 from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.hub import model_checkpoint
 from nvllm.models.presets import model_preset
-from nvllm.runner.dtypes import DTYPES, resolved_dtype
+from nvllm.runner.dtypes import DTYPES, KV_CACHE_DTYPES, resolved_dtype
 from nvllm.sampling.sampler import COMPILE_MODES as SAMPLER_COMPILE_MODES
 from nvllm.scheduler.policy import RANKS
 
@@ -37,6 +37,7 @@ FLAT_KEYS = {
     "num_kvcache_blocks": "cache.num_blocks",
     "gpu_memory_utilization": "cache.gpu_memory_utilization",
     "enable_prefix_caching": "cache.enable_prefix_caching",
+    "kv_cache_dtype": "cache.dtype",  # vLLM's name
     "max_num_seqs": "scheduler.max_num_seqs",
     "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
     "max_model_len": "scheduler.max_model_len",
@@ -117,6 +118,8 @@ def validate(config: EngineConfig) -> None:
         problems.append(f"model.quantization={model.quantization!r} must be one of {choices}")
     if model.revision is not None and model.path is None:
         problems.append(f"model.revision={model.revision!r} picks a hub id's version: it needs model.path")
+    if cache.dtype not in KV_CACHE_DTYPES:
+        problems.append(f"cache.dtype={cache.dtype!r} must be {one_of(KV_CACHE_DTYPES)}")
     if cache.block_size < 1:
         problems.append(f"cache.block_size={cache.block_size} must be positive")
     if config.attention.backend not in (backends := ("auto", *BACKENDS)):
@@ -187,6 +190,13 @@ def resolve(config: EngineConfig) -> EngineConfig:
             raise ValueError(
                 f"model.quantization=fp8 needs a GPU of compute capability 9.0 or later (its matmuls scale "
                 f"float8 per row and per column); {device} has {capability[0]}.{capability[1]}"
+            )
+    if on_cuda and config.cache.dtype == "fp8":
+        capability = torch.cuda.get_device_capability(torch.device(device))
+        if capability < (8, 9):
+            raise ValueError(
+                f"cache.dtype=fp8 needs a GPU of compute capability 8.9 or later (its kernels convert float8 "
+                f"e4m3 in registers); {device} has {capability[0]}.{capability[1]}"
             )
     backend = resolve_backend(config.attention.backend, device, config.cache.block_size)
     dtype = resolved_dtype(config.model.dtype, on_cuda)

@@ -32,7 +32,7 @@ from nvllm.models import model_class
 from nvllm.profiling import make_profiler
 from nvllm.profiling.utilization import ModelWork, WorkCounter, device_peak, utilization_stats
 from nvllm.runner.compile_cache import save_cache_artifacts
-from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.dtypes import DTYPES, kv_cache_dtype
 from nvllm.runner.memory import check_fits, kv_bytes_per_block, weight_bytes
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.block_manager import BlockManager
@@ -61,7 +61,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler, self.block_manager, config.model.eos_token_ids)
         self.profiler.watch(self.scheduler, self.block_manager)
         dtype = DTYPES[config.model.dtype]
-        self.work = WorkCounter(ModelWork.of(config.model, dtype))
+        self.work = WorkCounter(ModelWork.of(config.model, dtype, kv_cache_dtype(config.cache.dtype, dtype)))
         self.device_peak = device_peak(self.device, dtype)
         self.inputs = StepInputBuilder(
             self.model_runner.backend,

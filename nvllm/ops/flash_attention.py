@@ -2,7 +2,8 @@
 pass, nvllm's Triton kernels for decode (`nvllm.ops.paged_decode_attention`, which outran flash-attn's
 decode kernel on all but a few batch shapes:
 experiments/results/2026-12-01-h200-triton-decode-attention.md) and for the queries and keys' norm and
-RoPE with the cache write (`nvllm.ops.qk_norm_rope_kernel`).
+RoPE with the cache write (`nvllm.ops.qk_norm_rope_kernel`). An fp8 cache is read by the decode kernel as
+it is and dequantized block by block for flash-attn (`nvllm.ops.fp8_kv_cache`).
 
 Everything here is capturable in a CUDA graph (no host syncs, no data-dependent shapes).
 """
@@ -15,6 +16,8 @@ from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
+from nvllm.attention.paging import blocks_for
+from nvllm.ops.fp8_kv_cache import dequantized_blocks, is_fp8
 from nvllm.ops.paged_batch import PagedBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
@@ -26,6 +29,9 @@ def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch
         out, _ = decode_attention_with_lse(query, k_cache, v_cache, batch.seqlens_k, tables, scale)
         return out
     cu_seqlens_k = F.pad(batch.seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
+    k_cache, v_cache, block_tables = _readable(
+        query, k_cache, v_cache, batch.block_tables, batch.max_seqlen_k
+    )
     return flash_attn_varlen_func(
         query,
         k_cache,
@@ -36,13 +42,24 @@ def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch
         batch.max_seqlen_k,
         softmax_scale=scale,
         causal=True,
-        block_table=batch.block_tables,
+        block_table=block_tables,
     )
+
+
+def _readable(query, k_cache, v_cache, block_tables, max_seqlen_k: int):
+    """The caches and block tables flash-attn reads: an fp8 cache's blocks that the first `max_seqlen_k`
+    tokens of each table reach, dequantized into a scratch cache of the queries' dtype (flash-attn 2 reads
+    16-bit caches only); a 16-bit cache as it is."""
+    if not is_fp8(k_cache):
+        return k_cache, v_cache, block_tables
+    num_columns = min(block_tables.shape[1], blocks_for(max_seqlen_k, k_cache.shape[1]))
+    return dequantized_blocks(k_cache, v_cache, block_tables, num_columns, query.dtype)
 
 
 def prefix_attention(
     query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    k_cache, v_cache, block_tables = _readable(query, k_cache, v_cache, block_tables, max_seqlen_k)
     out, lse, _ = flash_attn_varlen_func(
         query,
         k_cache,

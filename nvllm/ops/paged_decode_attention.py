@@ -88,14 +88,15 @@ def _paged_decode_kernel(
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
         inside = start + tokens < split_end
         offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        # an fp8 cache's elements convert exactly to the queries' dtype, in registers
+        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(query.dtype)
         scores = tl.dot(query, tl.trans(key)) * scale
         scores = tl.where(inside[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         weights = tl.exp(scores - new_max[:, None])
         rescale = tl.exp(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
-        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(query.dtype)
         acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
         running_max = new_max
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
@@ -159,10 +160,10 @@ def paged_decode_attention(
     block_n: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
-    `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`), each row's KV in `num_splits`
-    parts (a power of two) read by programs of their own, `block_n` KV tokens a loop iteration (by default
-    what `tile_tokens` picks). Returns the output and the natural-log log-sum-exp `[rows, heads]` (fp32);
-    a row with no tokens gets zeros and -inf."""
+    `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
+    each row's KV in `num_splits` parts (a power of two) read by programs of their own, `block_n` KV tokens a
+    loop iteration (by default what `tile_tokens` picks). Returns the output and the natural-log log-sum-exp
+    `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)

@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.fp8_kv_cache import saturation_bound
 from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 
 # Tokens per program, for one head each: a decode step's few tokens leave most of a tile masked, which
@@ -62,6 +63,7 @@ def _qk_norm_rope_store_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_TOKENS: tl.constexpr,
     NORM: tl.constexpr,
+    CACHE_MAX: tl.constexpr,
     PDL: tl.constexpr,
 ):
     overlap_prior_kernel(PDL)
@@ -87,11 +89,18 @@ def _qk_norm_rope_store_kernel(
         writes = (slots >= 0)[:, None]  # -1: a padded token, which writes nothing
         keys = rows + (NUM_HEADS + kv_head) * HEAD_DIM
         k1, k2 = _rms_norm_rope(keys, writes, k_norm_weight_ptr, cos, sin, eps, HEAD_DIM, NORM)
+        if CACHE_MAX > 0:  # an fp8 cache: the key rounded to the model's dtype as the modules round it,
+            # saturated, then rounded to fp8 by the store's conversion (all in registers)
+            dtype = qkv_ptr.dtype.element_ty
+            k1 = tl.clamp(k1.to(dtype).to(tl.float32), -CACHE_MAX, CACHE_MAX)
+            k2 = tl.clamp(k2.to(dtype).to(tl.float32), -CACHE_MAX, CACHE_MAX)
         k_out = k_cache_ptr + (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM
         tl.store(k_out + half, k1.to(k_cache_ptr.dtype.element_ty), mask=writes)
         tl.store(k_out + HEAD_DIM // 2 + half, k2.to(k_cache_ptr.dtype.element_ty), mask=writes)
         dims = tl.arange(0, HEAD_DIM)[None, :]
         values = tl.load(rows + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + dims, mask=writes)
+        if CACHE_MAX > 0:
+            values = tl.clamp(values.to(tl.float32), -CACHE_MAX, CACHE_MAX)
         v_out = v_cache_ptr + (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM
         tl.store(v_out + dims, values.to(v_cache_ptr.dtype.element_ty), mask=writes)
 
@@ -110,7 +119,7 @@ def qk_norm_rope_store(
     slot_mapping: torch.Tensor,
 ) -> torch.Tensor:
     """See `nvllm::qk_norm_rope_store`. Caches `[num_blocks, block_size, num_kv_heads, head_dim]`,
-    contiguous; head_dim a power of two."""
+    contiguous, in the model's dtype or fp8 (`nvllm.ops.fp8_kv_cache`); head_dim a power of two."""
     num_tokens, head_dim = qkv.shape[0], cos_sin.shape[1]
     norm = q_norm_weight is not None
     assert head_dim >= 2 and head_dim == triton.next_power_of_2(head_dim), head_dim
@@ -139,6 +148,7 @@ def qk_norm_rope_store(
         HEAD_DIM=head_dim,
         BLOCK_TOKENS=BLOCK_TOKENS,
         NORM=norm,
+        CACHE_MAX=saturation_bound(k_cache.dtype),
         num_warps=4,
         **pdl_launch(qkv.device),
     )

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from nvllm.attention.paging import blocks_for
+from nvllm.ops.fp8_kv_cache import is_fp8, to_cache_dtype
 from nvllm.ops.norm_ops import rms_norm
 from nvllm.ops.paged_batch import PagedBatch
 from nvllm.ops.rope import rotate_half
@@ -42,12 +43,15 @@ def qk_norm_rope_store(
 
 
 def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
-    """Each token's K/V `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`; slot -1
-    writes nothing."""
+    """Each token's K/V `[num_tokens, num_kv_heads, head_dim]` into the cache at `slot_mapping`, in the
+    cache's dtype (`nvllm.ops.fp8_kv_cache`); slot -1 writes nothing."""
     valid = slot_mapping >= 0
     slots = slot_mapping[valid].long()
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key[valid].to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value[valid].to(v_cache.dtype))
+    for cache, new in ((k_cache, key), (v_cache, value)):
+        stored = to_cache_dtype(new[valid], cache.dtype)
+        if is_fp8(cache):  # the CPU's index_copy_ has no float8 kernel: copy the bytes
+            cache, stored = cache.view(torch.uint8), stored.view(torch.uint8)
+        cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, stored)
 
 
 def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:

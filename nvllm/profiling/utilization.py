@@ -76,7 +76,8 @@ class ModelWork:
     kv_bytes_per_token: int
 
     @classmethod
-    def of(cls, model: ModelConfig, dtype: torch.dtype) -> ModelWork:
+    def of(cls, model: ModelConfig, dtype: torch.dtype, kv_dtype: torch.dtype | None = None) -> ModelWork:
+        """The costs of `model`'s weights in `dtype` and of its KV cache in `kv_dtype` (None: `dtype`)."""
         hidden, layers, head_dim = model.hidden_size, model.num_hidden_layers, model.head_dim
         q_size, kv_size = model.num_attention_heads * head_dim, model.num_key_value_heads * head_dim
         per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + 3 * hidden * model.intermediate_size
@@ -87,7 +88,7 @@ class ModelWork:
             lm_head_flops_per_row=2 * hidden * model.vocab_size,
             attention_flops_per_key=4 * layers * q_size,
             weight_bytes_per_step=sum(sizes[name] for name in read),
-            kv_bytes_per_token=kv_bytes_per_token(model, dtype),
+            kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype or dtype),
         )
 
     def flops(self, num_tokens: float, logits_rows: float, keys: float) -> float:

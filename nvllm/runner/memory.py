@@ -9,6 +9,7 @@ import torch
 
 from nvllm.config import EngineConfig, ModelConfig
 from nvllm.models.weights import parameter_bytes
+from nvllm.runner.dtypes import kv_cache_dtype
 
 GIB = 2**30
 
@@ -21,8 +22,10 @@ def kv_bytes_per_token(model: ModelConfig, dtype: torch.dtype, tensor_parallel_s
 
 
 def kv_bytes_per_block(config: EngineConfig, dtype: torch.dtype) -> int:
-    """Bytes of K and V for one block of every layer, on one rank (its share of the KV heads)."""
-    per_token = kv_bytes_per_token(config.model, dtype, config.parallel.tensor_parallel_size)
+    """Bytes of K and V for one block of every layer, on one rank (its share of the KV heads), for a model
+    running in `dtype` and a cache of `cache.dtype`."""
+    kv_dtype = kv_cache_dtype(config.cache.dtype, dtype)
+    per_token = kv_bytes_per_token(config.model, kv_dtype, config.parallel.tensor_parallel_size)
     return config.cache.block_size * per_token
 
 

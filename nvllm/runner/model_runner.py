@@ -21,7 +21,7 @@ from nvllm.models.weights import checkpoint_tensors, hf_parameter_shapes, load_w
 from nvllm.runner.compile_cache import load_cache_artifacts
 from nvllm.runner.compiled_model import CompiledModel
 from nvllm.runner.contract import Sample
-from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.dtypes import DTYPES, kv_cache_dtype
 from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.graph_runner import GraphRunner
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
@@ -70,6 +70,7 @@ class ModelRunner:
         if config.parallel.tensor_parallel_size > 1:
             init_tensor_parallel(tp_store, rank, config.parallel.tensor_parallel_size, self.device)
         self.dtype = DTYPES[config.model.dtype]
+        self.kv_dtype = kv_cache_dtype(config.cache.dtype, self.dtype)
         self.backend = BACKENDS[config.attention.backend](
             config.cache.block_size, config.scheduler.max_model_len, config.attention.cascade
         )
@@ -134,8 +135,8 @@ class ModelRunner:
         # independent inputs that they mutate in place, with no aliasing between them to untangle
         for layer in self._attention_layers(self.model):
             shape = (num_blocks, block_size, layer.num_kv_heads, layer.head_dim)
-            layer.k_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            layer.v_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            layer.k_cache = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
+            layer.v_cache = torch.zeros(shape, dtype=self.kv_dtype, device=self.device)
             for kv_cache in (layer.k_cache, layer.v_cache):
                 torch._dynamo.mark_static_address(kv_cache, guard=False)
         return num_blocks
@@ -145,7 +146,7 @@ class ModelRunner:
         full-budget prefill (measured by running one) are accounted for."""
         layers = self._attention_layers(self.model)
         scratch = torch.zeros(
-            1, self.config.cache.block_size, layers[0].num_kv_heads, layers[0].head_dim, dtype=self.dtype
+            1, self.config.cache.block_size, layers[0].num_kv_heads, layers[0].head_dim, dtype=self.kv_dtype
         )
         for layer in layers:
             layer.k_cache = layer.v_cache = scratch.to(self.device)
@@ -278,6 +279,7 @@ class ModelRunner:
         copies = to_device(copies, self.device)
         for layer in self._attention_layers(self.model):
             for cache in (layer.k_cache, layer.v_cache):
+                cache = cache.view(torch.uint8)  # the blocks' bytes: index_copy_ has no float8 kernel on CPU
                 cache.index_copy_(0, copies[:, 1], cache.index_select(0, copies[:, 0]))
 
     @staticmethod

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from nvllm.attention import BACKENDS, TorchBackend
-from nvllm.config import AttentionConfig, EngineConfig, ModelConfig, SchedulerConfig
+from nvllm.config import AttentionConfig, CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
 from nvllm.engine.config_resolution import resolve, validate
 from nvllm.runner.dtypes import resolved_dtype
 from nvllm.scheduler import policy
@@ -29,6 +29,7 @@ def with_(**groups) -> EngineConfig:
             "attention.cascade='always' must be auto, on or off",
         ),
         (with_(scheduler=SchedulerConfig(policy="lifo")), "scheduler.policy='lifo' must be fcfs or priority"),
+        (with_(cache=CacheConfig(dtype="fp16")), "cache.dtype='fp16' must be auto or fp8"),
     ],
 )
 def test_each_choice_is_listed_as_its_owner_declares_it(config, message):

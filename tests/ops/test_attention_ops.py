@@ -29,16 +29,19 @@ def run_paged_batch(
     dtype=torch.float32,
     seed=0,
     head_dim=HEAD_DIM,
+    cache_dtype=None,
 ):
     """cases: (num_cached, num_new) per sequence. Writes the cached part in one call, the new part in the
-    batched call, like the engine; returns (paged output, dense reference)."""
+    batched call, like the engine, into caches of `cache_dtype` (None: `dtype`); returns (paged output,
+    dense reference)."""
     generator = torch.Generator().manual_seed(seed)
 
     def randn(*shape):
         return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
 
     num_blocks = sum(-(-(c + n) // block_size) for c, n in cases) + 3
-    k_cache = torch.zeros(num_blocks, block_size, NUM_KV_HEADS, head_dim, device=device, dtype=dtype)
+    cache_shape = (num_blocks, block_size, NUM_KV_HEADS, head_dim)
+    k_cache = torch.zeros(cache_shape, device=device, dtype=cache_dtype or dtype)
     v_cache = torch.zeros_like(k_cache)
     free_blocks = torch.randperm(num_blocks, generator=generator).tolist()  # scattered, not contiguous
     queries, slots, cu_seqlens, seqlens_k, tables, references = [], [], [0], [], [], []

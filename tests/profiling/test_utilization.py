@@ -139,6 +139,14 @@ def test_attention_keys_of_a_prefill_chunk_and_of_decode_steps():
     assert decode_keys(10, 1) == 10
 
 
+def test_an_fp8_kv_cache_halves_the_kv_bytes_a_step_reads_and_leaves_the_weights_alone():
+    model = PRESETS["qwen3-0.6b"]
+    bf16, fp8 = ModelWork.of(model, torch.bfloat16), ModelWork.of(model, torch.bfloat16, torch.float8_e4m3fn)
+    assert fp8.kv_bytes_per_token == 2 * 28 * 8 * 128 == bf16.kv_bytes_per_token // 2
+    assert fp8.weight_bytes_per_step == bf16.weight_bytes_per_step
+    assert fp8.bytes(1, 1, 1000) == bf16.weight_bytes_per_step + 1001 * 2 * 28 * 8 * 128
+
+
 def test_kv_bytes_per_token_is_one_ranks_share_under_tensor_parallelism():
     model = PRESETS["qwen3-0.6b"]  # 28 layers, 8 KV heads of 128
     assert kv_bytes_per_token(model, torch.bfloat16) == 2 * 28 * 8 * 128 * 2

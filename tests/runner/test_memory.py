@@ -37,6 +37,19 @@ def test_kv_bytes_for_qwen3_8b():
     assert kv_bytes_per_block(config, torch.bfloat16) == 256 * KV_BYTES_PER_TOKEN // 2 == 18 * 2**20
 
 
+def test_an_fp8_kv_cache_counts_a_byte_an_element(monkeypatch):
+    config = qwen3_8b(1, block_size=256, dtype="fp8")
+    assert kv_bytes_per_block(config, torch.bfloat16) == 256 * KV_BYTES_PER_TOKEN // 2 == 18 * 2**20
+    with_available(monkeypatch, 1)  # the check counts the fp8 cache's bytes too
+    message = "needs 15.3 GiB of weights (bfloat16) and 1.8 GiB of KV cache per rank"
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_fits(
+            dataclasses.replace(config, cache=CacheConfig(dtype="fp8", num_blocks=100)),
+            torch.bfloat16,
+            "cuda:0",
+        )
+
+
 def with_available(monkeypatch, available: int | None) -> list[str]:
     """`available` bytes free on any device; the devices asked about."""
     asked = []

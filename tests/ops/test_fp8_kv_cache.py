@@ -1,0 +1,96 @@
+"""The FP8 KV cache on the CPU: the store path rounds to e4m3 (saturating) and the torch backend's ops read
+an fp8 cache as the float cache it dequantizes to."""
+
+import pytest
+import torch
+
+import nvllm.ops  # noqa: F401
+from nvllm.ops.fp8_kv_cache import FP8_KV, dequantized_blocks
+from nvllm.ops.torch_attention import store_kvcache
+from tests.ops.test_attention_ops import run_paged_batch
+
+NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, NUM_HEADS = 6, 4, 2, 8, 4
+E4M3_RELATIVE_STEP = 2**-4  # 3 mantissa bits: a normal value rounds (to nearest) to within 1/16 of itself
+E4M3_SMALLEST_STEP = 2**-9  # the subnormals' spacing
+
+
+def caches(dtype):
+    shape = (NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM)
+    return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+
+def test_store_then_read_back_is_the_float_cache_rounded_to_e4m3():
+    generator = torch.Generator().manual_seed(0)
+    key = 3 * torch.randn(9, NUM_KV_HEADS, HEAD_DIM, generator=generator)
+    value = 3 * torch.randn(9, NUM_KV_HEADS, HEAD_DIM, generator=generator)
+    key[0, 0, :2], value[1, 1, :2] = torch.tensor([1000.0, -1000.0]), torch.tensor([-500.0, 449.0])
+    slots = [0, 5, 6, 23, -1, 11, 2, -1, 17]  # scattered, two padded tokens
+    fp8_k, fp8_v = caches(FP8_KV)
+    store_kvcache(key, value, fp8_k, fp8_v, torch.tensor(slots))
+    for fp8, stored in ((fp8_k, key), (fp8_v, value)):
+        exact = torch.zeros(NUM_BLOCKS * BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM)  # the float cache, slot by slot
+        for token, slot in enumerate(slots):
+            if slot >= 0:
+                exact[slot] = stored[token].clamp(-448, 448)  # outliers saturate at e4m3's largest value
+        read_back = fp8.float().flatten(0, 1)
+        assert ((read_back - exact).abs() <= E4M3_RELATIVE_STEP * exact.abs() + E4M3_SMALLEST_STEP).all()
+    assert fp8_k.flatten(0, 1)[0, 0, :2].float().tolist() == [448.0, -448.0]
+    assert fp8_v.flatten(0, 1)[5, 1, :2].float().tolist() == [-448.0, 448.0]
+
+
+def random_fp8_caches(seed):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM)
+    return tuple(2 * torch.randn(shape, generator=generator) for _ in range(2)), generator
+
+
+def test_torch_backend_reads_an_fp8_cache_as_the_float_cache_it_dequantizes_to():
+    (k_float, v_float), generator = random_fp8_caches(1)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    k_dequantized, v_dequantized = k_fp8.float(), v_fp8.float()
+    tables = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32)
+    seqlens = torch.tensor([7, 11], dtype=torch.int32)
+    scale = HEAD_DIM**-0.5
+    prefill_query = torch.randn(5, NUM_HEADS, HEAD_DIM, generator=generator)
+    cu_seqlens_q = torch.tensor([0, 2, 5], dtype=torch.int32)
+    decode_query = torch.randn(2, NUM_HEADS, HEAD_DIM, generator=generator)
+
+    def ops(k_cache, v_cache):
+        attention = torch.ops.nvllm.attention(
+            prefill_query, k_cache, v_cache, cu_seqlens_q, seqlens, tables, 3, 11, scale, "torch"
+        )
+        prefix = torch.ops.nvllm.prefix_attention(
+            decode_query, k_cache, v_cache, torch.tensor([0, 2], dtype=torch.int32),
+            torch.tensor([0, 6], dtype=torch.int32), tables[:1], 2, 11, scale, "torch",
+        )  # fmt: skip
+        decode = torch.ops.nvllm.decode_attention_with_lse(
+            decode_query, k_cache, v_cache, seqlens, tables, scale, "torch"
+        )
+        return [attention, *prefix, *decode]
+
+    for fp8, dequantized in zip(ops(k_fp8, v_fp8), ops(k_dequantized, v_dequantized), strict=True):
+        torch.testing.assert_close(fp8, dequantized, atol=1e-6, rtol=1e-6)
+    for fp8, exact in zip(ops(k_fp8, v_fp8), ops(k_float, v_float), strict=True):
+        errors = (fp8 - exact).abs()  # K/V of standard deviation 2, each rounded by up to 1/16 of itself
+        assert 0 < errors.max() < 0.25 and errors.mean() < 0.08  # the rounding reached the outputs, no more
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_fp8_paged_attention_is_dense_float_attention_within_e4m3_rounding(block_size):
+    cases = [(0, 7), (5, 3), (13, 1), (0, 1), (32, 9), (16, 16)]  # prefill, chunk after a prefix, decodes
+    out, reference = run_paged_batch(cases, block_size, cache_dtype=FP8_KV)
+    errors = (out - reference).abs()
+    assert errors.max() < 0.15 and errors.mean() < 0.02  # unit-variance K/V: e4m3 steps of up to 1/16
+
+
+def test_dequantized_blocks_are_a_scratch_cache_the_renumbered_tables_address():
+    (k_float, v_float), _ = random_fp8_caches(2)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    tables = torch.tensor([[4, 1, 0], [2, 5, 3]], dtype=torch.int32)
+    k_scratch, v_scratch, scratch_tables = dequantized_blocks(k_fp8, v_fp8, tables, 2, torch.bfloat16)
+    assert k_scratch.dtype == torch.bfloat16 and scratch_tables.shape == (2, 2)
+    for row in range(2):
+        for column in range(2):
+            block, scratch_block = tables[row, column], scratch_tables[row, column]
+            assert torch.equal(k_scratch[scratch_block].float(), k_fp8[block].float())
+            assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
