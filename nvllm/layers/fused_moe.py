@@ -11,8 +11,9 @@ experts `[rank * E / ranks, (rank + 1) * E / ranks)` whole, and the layer would 
 pair to its expert's rank and back (two all-to-alls around `nvllm::fused_experts`, over the local experts)
 instead of the all-reduce.
 
-Router ties: `torch.topk` over the fp32 probabilities; among equal probabilities the lower expert index is
-chosen first (what transformers' router does on the same tensors)."""
+Router ties: among equal probabilities the lower expert index is chosen first, on every device (a stable
+sort). `torch.topk`, which transformers' router uses, has no rule for ties (on the CPU it may return any of
+the equal ones), so on an exact tie the two may choose different experts; otherwise they agree."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[t
     """The chosen experts of each token and their weights: softmax over the experts in fp32, the `top_k`
     largest (ties to the lower index), renormalised to sum to 1 when `renormalize`, in the logits' dtype."""
     probabilities = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
-    weights, ids = torch.topk(probabilities, top_k, dim=-1)
+    weights, ids = torch.sort(probabilities, dim=-1, descending=True, stable=True)
+    weights, ids = weights[:, :top_k], ids[:, :top_k]
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights.to(router_logits.dtype), ids
