@@ -15,9 +15,10 @@ import sys
 
 import pytest
 import torch
+import torch._dynamo.utils
 import torch.nn.functional as F
 
-from nvllm import LLM
+from nvllm import LLM, SamplingParams
 from nvllm.config import EngineConfig, ParallelConfig
 from nvllm.layers.fused_moe import route
 from nvllm.models.hf_config import model_from_checkpoint
@@ -39,6 +40,29 @@ def moe_checkpoint(tmp_path_factory):
 @pytest.mark.parametrize("tp", [1, 2])
 def test_greedy_tokens_and_logprobs_equal_transformers(moe_checkpoint, tp):
     assert_greedy_equals_transformers(moe_checkpoint, tensor_parallel_size=tp)
+
+
+def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint):
+    """The router and `nvllm::fused_experts` inside the compiled regions (fullgraph=True): the sparse and the
+    dense layer are a graph each (and each again for cascade decode), the final norm one; no graph breaks,
+    no recompiles after warm-up, the eager model's tokens."""
+    prompts = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
+    staggered = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (12, 7, 3)]
+    settings = dict(
+        kvcache_block_size=16, num_kvcache_blocks=64, max_num_batched_tokens=32, max_model_len=128
+    )
+    with LLM(str(moe_checkpoint), enforce_eager=True, **settings) as eager:
+        expected = [o.outputs[0].token_ids for o in eager.generate(prompts, staggered, use_tqdm=False)]
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with LLM(str(moe_checkpoint), enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
+        assert counters["stats"]["unique_graphs"] == 5
+        compiled.model_runner.trust_decode_guards = False  # a recompile would show instead of running
+        outputs = compiled.generate(prompts, staggered, use_tqdm=False)
+        assert counters["stats"]["unique_graphs"] == 5, "recompiled after warm-up"
+    assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
+    assert [o.outputs[0].token_ids for o in outputs] == expected
 
 
 def test_the_config_reads_the_experts_and_the_dense_layers(moe_checkpoint):
