@@ -1,7 +1,7 @@
 """The experts of a mixture-of-experts layer as two Triton grouped matmuls over all experts at once.
 
-The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, torch ops on the device:
-no host sync, static shapes, so the op is captured in CUDA graphs). Each expert's run of pairs is padded to
+The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, one kernel: no host
+sync, static shapes, so the op is captured in CUDA graphs). Each expert's run of pairs is padded to
 a whole number of row tiles, and each tile knows its expert; padding slots hold an index past the last pair
 and are masked. Then:
 - gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
@@ -24,27 +24,80 @@ def row_tile(num_pairs: int, num_experts: int) -> int:
     return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
 
 
+@triton.jit
+def _align_kernel(
+    ids_ptr,
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    num_pairs,
+    capacity,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """One program per expert: every program counts all experts' pairs (so each knows where its run
+    starts without a second launch), then writes its own pairs in order, its padding and its tiles' expert;
+    the last one also fills the slots and tiles past every run."""
+    expert = tl.program_id(0)
+    experts = tl.arange(0, EXPERTS_POW2)
+    counts = tl.zeros((EXPERTS_POW2,), tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        offsets = start + tl.arange(0, CHUNK)
+        inside = offsets < num_pairs
+        ids = tl.load(ids_ptr + offsets, inside, 0).to(tl.int32)
+        counts += tl.histogram(ids, EXPERTS_POW2, mask=inside)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    run_start = tl.sum(tl.where(experts < expert, padded, 0))
+    count = tl.sum(tl.where(experts == expert, counts, 0))
+    run_length = tl.sum(tl.where(experts == expert, padded, 0))
+    seen = 0
+    for start in range(0, num_pairs, CHUNK):
+        offsets = start + tl.arange(0, CHUNK)
+        inside = offsets < num_pairs
+        mine = (tl.load(ids_ptr + offsets, inside, NUM_EXPERTS) == expert).to(tl.int32)
+        rank = seen + tl.cumsum(mine, 0) - 1
+        tl.store(sorted_pairs_ptr + run_start + rank, offsets, mask=mine != 0)
+        seen += tl.sum(mine)
+    padding = count + tl.arange(0, BLOCK_M)
+    tl.store(sorted_pairs_ptr + run_start + padding, num_pairs, mask=padding < run_length)
+    for tile in range(0, run_length // BLOCK_M, CHUNK):
+        tiles = tile + tl.arange(0, CHUNK)
+        tl.store(tile_expert_ptr + run_start // BLOCK_M + tiles, expert, mask=tiles < run_length // BLOCK_M)
+    if expert == NUM_EXPERTS - 1:
+        total = tl.sum(padded)
+        for start in range(total, capacity, CHUNK):
+            slots = start + tl.arange(0, CHUNK)
+            tl.store(sorted_pairs_ptr + slots, num_pairs, mask=slots < capacity)
+        num_tiles = (capacity + BLOCK_M - 1) // BLOCK_M
+        for start in range(total // BLOCK_M, num_tiles, CHUNK):
+            tiles = start + tl.arange(0, CHUNK)
+            tl.store(tile_expert_ptr + tiles, NUM_EXPERTS, mask=tiles < num_tiles)
+
+
 def align_by_expert(
     topk_ids: torch.Tensor, num_experts: int, block_m: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pairs' indices (t * k + j) sorted by expert, each expert's run padded to a multiple of `block_m`
-    with the index `num_pairs`; and each tile's expert (`num_experts` for tiles past the last run). Their
-    lengths depend only on the shapes: at most min(E, pairs) experts are used, each padding < block_m."""
-    flat = topk_ids.flatten()
-    num_pairs, device = flat.numel(), flat.device
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=device)
-    counts.scatter_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int64))
-    padded_end = ((counts + block_m - 1) // block_m * block_m).cumsum(0)
-    padded_start = padded_end - (counts + block_m - 1) // block_m * block_m
-    run_start = counts.cumsum(0) - counts
-    order = flat.argsort(stable=True)
-    expert_of = flat[order].long()
-    rank_in_run = torch.arange(num_pairs, device=device) - run_start[expert_of]
+    """The pairs' indices (t * k + j) sorted by expert (in order within an expert), each expert's run padded
+    to a multiple of `block_m` with the index `num_pairs`; and each tile's expert (`num_experts` for tiles
+    past the last run). Their lengths depend only on the shapes: at most min(E, pairs) experts are used,
+    each padded by less than `block_m`. One kernel launch."""
+    num_pairs = topk_ids.numel()
     capacity = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
-    sorted_pairs = torch.full((capacity,), num_pairs, dtype=torch.int64, device=device)
-    sorted_pairs[padded_start[expert_of] + rank_in_run] = order
-    tile_starts = torch.arange(triton.cdiv(capacity, block_m), device=device) * block_m
-    tile_expert = torch.searchsorted(padded_end, tile_starts, right=True)
+    sorted_pairs = torch.empty(capacity, dtype=torch.int32, device=topk_ids.device)
+    tile_expert = torch.empty(triton.cdiv(capacity, block_m), dtype=torch.int32, device=topk_ids.device)
+    _align_kernel[(num_experts,)](
+        topk_ids.contiguous(),
+        sorted_pairs,
+        tile_expert,
+        num_pairs,
+        capacity,
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=triton.next_power_of_2(num_experts),
+        BLOCK_M=block_m,
+        CHUNK=1024,
+        num_warps=4,
+    )
     return sorted_pairs, tile_expert
 
 
@@ -75,7 +128,7 @@ def _grouped_matmul_kernel(
     expert = tl.load(tile_expert_ptr + tile)
     if expert >= num_experts:
         return
-    pairs = tl.load(sorted_pairs_ptr + tile * BLOCK_M + tl.arange(0, BLOCK_M))
+    pairs = tl.load(sorted_pairs_ptr + tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     valid = pairs < num_pairs
     rows = pairs // A_ROW_DIVISOR
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)

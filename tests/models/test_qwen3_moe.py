@@ -25,7 +25,6 @@ from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
 from nvllm.models.weights import hf_parameter_shapes, load_weights, random_tensors
-from nvllm.ops.moe_triton import align_by_expert, row_tile
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint
@@ -91,7 +90,23 @@ def test_router_ties_go_to_the_lower_expert_index():
     torch.testing.assert_close(weights, torch.tensor([[share] * 3, [1 / 8] * 3]))
 
 
-INTERPRETER_CHECK = """
+def run_in_interpreter(check: str) -> None:
+    """`check` (Python code) in a process of its own with Triton's interpreter, which runs the kernels on
+    the CPU (it must be chosen before triton is imported)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", check + "\nprint('checked')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "checked" in result.stdout, result.stderr[-3000:]
+
+
+def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():
+    run_in_interpreter(
+        """
 import torch
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_triton import grouped_experts
@@ -107,30 +122,37 @@ for tokens, experts, top_k, hidden, intermediate in shapes:
     expected = experts_reference(x, gate_up, down, weights, ids)
     ours = grouped_experts(x, gate_up, down, weights, ids)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
-print("agree")
 """
-
-
-def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():
-    """Triton's interpreter runs the kernels on the CPU (it must be chosen before triton is imported:
-    a process of its own)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", INTERPRETER_CHECK], env=env, capture_output=True, text=True, timeout=600
     )
-    assert result.returncode == 0 and "agree" in result.stdout, result.stderr[-3000:]
 
 
 def test_tiles_are_padded_per_expert_and_know_their_expert():
-    ids = torch.tensor(
-        [[3, 0], [3, 1], [0, 3]]
-    )  # pairs 0..5: expert 0 has pairs 1, 4; 1 has 2; 3 has 0, 3, 5
-    sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
-    pad = 6
-    # capacity: 6 pairs + min(4 experts, 6 pairs) x 1 padding slot each at most
-    assert sorted_pairs.tolist() == [1, 4, 3, pad, 0, 2, 5, pad, pad, pad]
-    assert tile_expert.tolist() == [0, 1, 3, 3, 4]  # the last tile is past every run
-    assert row_tile(8, 128) == 16 and row_tile(4096, 128) == 32 and row_tile(65536, 128) == 64
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_triton import align_by_expert, row_tile
+# pairs t * 2 + j: expert 0 has pairs 1 and 4, expert 1 pair 3, expert 3 pairs 0, 2 and 5
+ids = torch.tensor([[3, 0], [3, 1], [0, 3]])
+sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
+pad = 6
+# capacity: 6 pairs + min(4 experts, 6 pairs) x 1 padding slot each at most
+assert sorted_pairs.tolist() == [1, 4, 3, pad, 0, 2, 5, pad, pad, pad], sorted_pairs.tolist()
+assert tile_expert.tolist() == [0, 1, 3, 3, 4], tile_expert.tolist()  # the last tile is past every run
+# more pairs than one chunk of the kernel, each expert's run in pair order
+ids = torch.randint(0, 6, (1500, 2), generator=torch.Generator().manual_seed(0))
+sorted_pairs, tile_expert = align_by_expert(ids, num_experts=6, block_m=16)
+flat, start = ids.flatten(), 0
+for expert in range(6):
+    pairs = (flat == expert).nonzero().flatten()
+    run = -(-len(pairs) // 16) * 16
+    assert sorted_pairs[start : start + len(pairs)].tolist() == pairs.tolist()
+    assert (sorted_pairs[start + len(pairs) : start + run] == 3000).all()
+    assert (tile_expert[start // 16 : (start + run) // 16] == expert).all()
+    start += run
+assert (sorted_pairs[start:] == 3000).all() and (tile_expert[start // 16 :] == 6).all()
+assert row_tile(8, 128) == 16 and row_tile(4096, 128) == 32 and row_tile(65536, 128) == 64
+"""
+    )
 
 
 def config_json(tmp_path, **changes) -> str:
