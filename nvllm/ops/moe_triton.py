@@ -46,12 +46,14 @@ def _align_kernel(
         offsets = start + tl.arange(0, CHUNK)
         inside = offsets < num_pairs
         ids = tl.load(ids_ptr + offsets, inside, 0).to(tl.int32)
-        counts += tl.histogram(ids, EXPERTS_POW2, mask=inside)
+        # the slots past the end read as expert 0: taken off its count again
+        outside = CHUNK - tl.sum(inside.to(tl.int32))
+        counts += tl.histogram(ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     run_start = tl.sum(tl.where(experts < expert, padded, 0))
     count = tl.sum(tl.where(experts == expert, counts, 0))
     run_length = tl.sum(tl.where(experts == expert, padded, 0))
-    seen = 0
+    seen = tl.full([], 0, tl.int32)
     for start in range(0, num_pairs, CHUNK):
         offsets = start + tl.arange(0, CHUNK)
         inside = offsets < num_pairs
