@@ -5,7 +5,8 @@ family is a subclass of `DecoderForCausalLM` that says its shape and how its `co
 
 No Python branching on data inside `forward`: each decoder layer compiles as one graph (fullgraph=True), and
 every layer runs the same code on tensors of the same shapes, so that one compilation serves them all (see
-`DecoderForCausalLM.compile_regions`)."""
+`DecoderForCausalLM.compile_regions`; a family whose layers have two kinds of MLP, `make_mlp`, compiles one
+graph per kind)."""
 
 from __future__ import annotations
 
