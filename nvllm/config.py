@@ -57,6 +57,15 @@ class ModelConfig:
     # more tokens that end a sequence as EOS does: a checkpoint whose config.json or generation_config.json
     # lists several (Llama 3.1 Instruct's end of turn beside its end of text)
     extra_eos_token_ids: list[int] | None = None
+    # mixture of experts (Qwen3-MoE; 0 experts: dense): each sparse layer's MLP is `num_experts` gated MLPs
+    # of `moe_intermediate_size`, `num_experts_per_tok` of them per token; a layer is sparse unless listed
+    # in `mlp_only_layers` or off the `decoder_sparse_step` (nvllm.models.qwen3_moe.is_sparse_layer)
+    num_experts: int = 0
+    num_experts_per_tok: int = 8
+    moe_intermediate_size: int = 768
+    norm_topk_prob: bool = False  # renormalise the chosen experts' router probabilities to sum to 1
+    decoder_sparse_step: int = 1
+    mlp_only_layers: list[int] | None = None
 
     @property
     def eos_token_ids(self) -> tuple[int, ...]:

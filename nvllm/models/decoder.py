@@ -5,10 +5,12 @@ family is a subclass of `DecoderForCausalLM` that says its shape and how its `co
 
 No Python branching on data inside `forward`: each decoder layer compiles as one graph (fullgraph=True), and
 every layer runs the same code on tensors of the same shapes, so that one compilation serves them all (see
-`DecoderForCausalLM.compile_regions`)."""
+`DecoderForCausalLM.compile_regions`; a family whose layers have two kinds of MLP, `make_mlp`, compiles one
+graph per kind)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -85,10 +87,10 @@ class GatedMLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, shape: LayerShape):
+    def __init__(self, config: ModelConfig, shape: LayerShape, mlp: nn.Module):
         super().__init__()
         self.self_attn = DecoderAttention(config, shape)
-        self.mlp = GatedMLP(config)
+        self.mlp = mlp
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -100,10 +102,14 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, config: ModelConfig, shape: LayerShape):
+    def __init__(
+        self, config: ModelConfig, shape: LayerShape, make_mlp: Callable[[ModelConfig, int], nn.Module]
+    ):
         super().__init__()
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(config, shape) for _ in range(config.num_hidden_layers)])
+        self.layers = nn.ModuleList(
+            [DecoderLayer(config, shape, make_mlp(config, i)) for i in range(config.num_hidden_layers)]
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids, positions, meta: AttentionMetadata) -> torch.Tensor:
@@ -123,6 +129,9 @@ class DecoderForCausalLM(nn.Module):
     # transformers' values of the config keys a checkpoint may leave out, where they differ from the
     # shared ones (nvllm.models.hf_config.COMMON_DEFAULTS); "head_dim": None derives hidden / heads
     hf_defaults: ClassVar[dict[str, Any]] = {}
+    # config.json key → the key it stands for (transformers 5 writes Qwen3-MoE's num_experts as
+    # num_local_experts)
+    hf_aliases: ClassVar[dict[str, str]] = {}
 
     # checkpoint name fragment → (our packed parameter, which part of it)
     packed_modules = {
@@ -138,6 +147,21 @@ class DecoderForCausalLM(nn.Module):
         return LayerShape()
 
     @staticmethod
+    def make_mlp(config: ModelConfig, layer_index: int) -> nn.Module:
+        """The MLP of layer `layer_index` (a sparse family's differ by layer)."""
+        return GatedMLP(config)
+
+    @staticmethod
+    def mlp_shapes(config: ModelConfig, layer_index: int) -> dict[str, tuple[int, ...]]:
+        """transformers' parameter names (under `model.layers.{layer_index}.mlp.`) and shapes of that MLP."""
+        hidden, intermediate = config.hidden_size, config.intermediate_size
+        return {
+            "gate_proj.weight": (intermediate, hidden),
+            "up_proj.weight": (intermediate, hidden),
+            "down_proj.weight": (hidden, intermediate),
+        }
+
+    @staticmethod
     def unsupported_settings(hf: dict[str, Any]) -> list[str]:
         """Settings of this family's `config.json` that change the model in ways the engine does not
         implement, each named (the settings every family refuses are nvllm.models.hf_config's)."""
@@ -145,7 +169,7 @@ class DecoderForCausalLM(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.model = DecoderModel(config, self.layer_shape(config))
+        self.model = DecoderModel(config, self.layer_shape(config), self.make_mlp)
         self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

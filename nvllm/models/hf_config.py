@@ -129,6 +129,8 @@ def model_from_checkpoint(path: str, base: ModelConfig | None = None) -> ModelCo
         family = model_class(architecture)
     except ValueError as error:
         raise ValueError(f"{config_file}: {error}") from None
+    # another name transformers writes for a key (the config class's attribute map)
+    hf = {**{key: hf[alias] for alias, key in family.hf_aliases.items() if alias in hf}, **hf}
     problems = unsupported_settings(hf) + family.unsupported_settings(hf)
     if problems:
         raise ValueError(f"{config_file}: unsupported model settings: {'; '.join(problems)}")

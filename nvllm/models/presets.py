@@ -1,6 +1,6 @@
 """The architectures `LLM(model=NAME)` and `model=NAME` (Hydra) build with random weights: the published
-shapes of Qwen3, Qwen2.5, Llama 3.x and Mistral, and a tiny one for tests and CPU runs. Every field not
-named here is `ModelConfig`'s default (Qwen3-0.6B's).
+shapes of Qwen3 (dense and MoE), Qwen2.5, Llama 3.x and Mistral, and a tiny one for tests and CPU runs.
+Every field not named here is `ModelConfig`'s default (Qwen3-0.6B's).
 
 A preset has no tokenizer of its own: every preset uses the built-in one (Qwen3's). Its vocabulary is
 Qwen's, so a text prompt for a preset with a smaller vocabulary (Llama's 128,256, Mistral's 32,768) may
@@ -65,6 +65,25 @@ def _qwen25(name: str, vocab: int, hidden: int, intermediate: int, layers: int, 
     )
 
 
+def _qwen3_moe(name: str, hidden: int, intermediate: int, expert_intermediate: int, layers: int, heads: int):
+    """Qwen3-MoE: 128 experts, 8 a token, renormalised; every layer sparse; Qwen3's attention (4 KV heads)."""
+    return ModelConfig(
+        name=name,
+        architecture="Qwen3MoeForCausalLM",
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=4,
+        head_dim=128,
+        tie_word_embeddings=False,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=expert_intermediate,
+        norm_topk_prob=True,
+    )
+
+
 PRESETS: dict[str, ModelConfig] = {
     "qwen3-0.6b": _qwen3("qwen3-0.6b", 1024, 3072, 28, 16, tied=True),
     "qwen3-1.7b": _qwen3("qwen3-1.7b", 2048, 6144, 28, 16, tied=True),
@@ -72,6 +91,8 @@ PRESETS: dict[str, ModelConfig] = {
     "qwen3-8b": _qwen3("qwen3-8b", 4096, 12288, 36, 32, tied=False),
     "qwen3-14b": _qwen3("qwen3-14b", 5120, 17408, 40, 40, tied=False),
     "qwen3-32b": _qwen3("qwen3-32b", 5120, 25600, 64, 64, tied=False),
+    "qwen3-30b-a3b": _qwen3_moe("qwen3-30b-a3b", 2048, 6144, 768, 48, 32),
+    "qwen3-235b-a22b": _qwen3_moe("qwen3-235b-a22b", 4096, 12288, 1536, 94, 64),
     "qwen2.5-0.5b": _qwen25("qwen2.5-0.5b", 151936, 896, 4864, 24, 14, 2),
     "qwen2.5-7b": _qwen25("qwen2.5-7b", 152064, 3584, 18944, 28, 28, 4),
     "llama-3.1-8b": _llama3("llama-3.1-8b", 4096, 32, 32, 128, tied=False, rope_scaling_factor=8.0),

@@ -6,12 +6,14 @@ from nvllm.models.llama import LlamaForCausalLM
 from nvllm.models.mistral import MistralForCausalLM
 from nvllm.models.qwen2 import Qwen2ForCausalLM
 from nvllm.models.qwen3 import Qwen3ForCausalLM
+from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM
 
 MODEL_REGISTRY: dict[str, type[DecoderForCausalLM]] = {
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
+    "Qwen3MoeForCausalLM": Qwen3MoeForCausalLM,
 }
 
 

@@ -52,7 +52,8 @@ def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The parameter names and shapes of transformers' implementation of this config's architecture."""
     hidden, head_dim = config.hidden_size, config.head_dim
     q_size, kv_size = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
-    layer = model_class(config.architecture).layer_shape(config)
+    family = model_class(config.architecture)
+    layer = family.layer_shape(config)
     shapes = {"model.embed_tokens.weight": (config.vocab_size, hidden), "model.norm.weight": (hidden,)}
     for i in range(config.num_hidden_layers):
         prefix = f"model.layers.{i}"
@@ -64,11 +65,9 @@ def hf_parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
                 f"{prefix}.self_attn.k_proj.weight": (kv_size, hidden),
                 f"{prefix}.self_attn.v_proj.weight": (kv_size, hidden),
                 f"{prefix}.self_attn.o_proj.weight": (hidden, q_size),
-                f"{prefix}.mlp.gate_proj.weight": (config.intermediate_size, hidden),
-                f"{prefix}.mlp.up_proj.weight": (config.intermediate_size, hidden),
-                f"{prefix}.mlp.down_proj.weight": (hidden, config.intermediate_size),
             }
         )
+        shapes.update({f"{prefix}.mlp.{name}": shape for name, shape in family.mlp_shapes(config, i).items()})
         if layer.qk_norm:
             shapes[f"{prefix}.self_attn.q_norm.weight"] = (head_dim,)
             shapes[f"{prefix}.self_attn.k_norm.weight"] = (head_dim,)
@@ -122,6 +121,9 @@ def load_weights(model: nn.Module, tensors: Tensors, expected_shapes: dict[str, 
     disagrees with its config, or a loader that skips a parameter, is an error rather than noise."""
     params = dict(model.named_parameters())
     packed = getattr(model, "packed_modules", {})
+    # a sparse family's per-expert tensors go into stacked parameters: name → (parameter, shard id) or None
+    expert_parameter = getattr(model, "expert_parameter", lambda name: None)
+    expert_shards = model.expert_shards() if hasattr(model, "expert_shards") else {}
     loaded = set()
     for name, tensor, origin in tensors:
         expected = expected_shapes.get(name)
@@ -135,7 +137,9 @@ def load_weights(model: nn.Module, tensors: Tensors, expected_shapes: dict[str, 
             )
         fragment = next((f for f in packed if f".{f}." in name), None)
         shard_id = ()
-        if fragment is not None:
+        if (routed := expert_parameter(name)) is not None:
+            name, shard_id = routed
+        elif fragment is not None:
             target, shard = packed[fragment]
             name, shard_id = name.replace(f".{fragment}.", f".{target}."), (shard,)
         param = params[name]
@@ -148,8 +152,9 @@ def load_weights(model: nn.Module, tensors: Tensors, expected_shapes: dict[str, 
         loaded.add((name, *shard_id))
     is_packed = {n: [s for t, s in packed.values() if f".{t}." in n] for n in params}
     required = {(n, s) for n, shards in is_packed.items() for s in shards} | {
-        (n,) for n, shards in is_packed.items() if not shards
+        (n,) for n, shards in is_packed.items() if not shards and n not in expert_shards
     }
+    required |= {(n, *s) for n, shards in expert_shards.items() for s in shards}
     missing = sorted(str(m) for m in required - loaded)
     if missing:
         raise ValueError(

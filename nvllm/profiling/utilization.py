@@ -4,7 +4,10 @@ The work of a step is counted from what the scheduler sent, not measured: FLOPs 
 (the linears of every layer, the LM head for each row of logits, and attention's QK^T and PV over each
 token's context); bytes are the weights read once per model step (the embedding table only as the LM head
 when it is tied) plus the K/V of each sequence's context read once per step and the K/V of its new tokens
-written. Activations, norms, RoPE and padding rows are left out: MFU and MBU say how much of the device's
+written. A mixture-of-experts layer counts the FLOPs of the experts each token runs (its top-k) and the
+bytes of the experts a step touches: with the tokens routed uniformly, a step of n tokens reads
+E * (1 - (1 - k/E)^n) of a layer's E experts (k/E of them for one token, nearly all for a batch of hundreds).
+Activations, norms, RoPE and padding rows are left out: MFU and MBU say how much of the device's
 peak the model's own work takes. Peaks are the vendors' datasheet figures for dense bf16/fp16 tensor-core
 math and HBM bandwidth; a device or dtype not in the table has none, and its utilization is None.
 """
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from nvllm.config import ModelConfig
+from nvllm.models.qwen3_moe import is_sparse_layer
 from nvllm.models.weights import parameter_bytes
 from nvllm.runner.memory import kv_bytes_per_token
 
@@ -69,27 +73,46 @@ def utilization(amount: float, seconds: float, peak_per_s: float | None) -> floa
 class ModelWork:
     """The per-unit costs of one model, from its shapes (the whole model: all tensor-parallel ranks)."""
 
-    linear_flops_per_token: int  # the layers' q/k/v/o and gate/up/down projections
+    linear_flops_per_token: int  # the layers' q/k/v/o and gate/up/down projections (and routers, experts)
     lm_head_flops_per_row: int
     attention_flops_per_key: int  # QK^T and PV of one query token against one context token, all layers
-    weight_bytes_per_step: int
+    weight_bytes_per_step: int  # the weights every step reads: all but the experts
     kv_bytes_per_token: int
+    expert_bytes: int = 0  # every expert of every sparse layer
+    num_experts: int = 0
+    experts_per_token: int = 0
 
     @classmethod
     def of(cls, model: ModelConfig, dtype: torch.dtype, kv_dtype: torch.dtype | None = None) -> ModelWork:
         """The costs of `model`'s weights in `dtype` and of its KV cache in `kv_dtype` (None: `dtype`)."""
         hidden, layers, head_dim = model.hidden_size, model.num_hidden_layers, model.head_dim
         q_size, kv_size = model.num_attention_heads * head_dim, model.num_key_value_heads * head_dim
-        per_layer = hidden * (q_size + 2 * kv_size) + q_size * hidden + 3 * hidden * model.intermediate_size
+        attention = hidden * (q_size + 2 * kv_size) + q_size * hidden
+        dense_mlp = 3 * hidden * model.intermediate_size
+        sparse_mlp = (
+            hidden * model.num_experts + 3 * hidden * model.moe_intermediate_size * model.num_experts_per_tok
+        )
+        mlps = sum(sparse_mlp if is_sparse_layer(model, i) else dense_mlp for i in range(layers))
         sizes = parameter_bytes(model, dtype)
         read = [name for name in sizes if name != "model.embed_tokens.weight" or model.tie_word_embeddings]
+        experts = [name for name in read if ".mlp.experts." in name]
         return cls(
-            linear_flops_per_token=2 * layers * per_layer,
+            linear_flops_per_token=2 * (layers * attention + mlps),
             lm_head_flops_per_row=2 * hidden * model.vocab_size,
             attention_flops_per_key=4 * layers * q_size,
-            weight_bytes_per_step=sum(sizes[name] for name in read),
+            weight_bytes_per_step=sum(sizes[name] for name in read) - sum(sizes[name] for name in experts),
             kv_bytes_per_token=kv_bytes_per_token(model, kv_dtype or dtype),
+            expert_bytes=sum(sizes[name] for name in experts),
+            num_experts=model.num_experts,
+            experts_per_token=model.num_experts_per_tok,
         )
+
+    def experts_read_share(self, tokens_per_step: float) -> float:
+        """The expected share of a sparse layer's experts a step of `tokens_per_step` tokens reads, each token
+        routed to `experts_per_token` of them uniformly: 1 - (1 - k/E)^n."""
+        if not self.num_experts:
+            return 0.0
+        return 1 - (1 - self.experts_per_token / self.num_experts) ** tokens_per_step
 
     def flops(self, num_tokens: float, logits_rows: float, keys: float) -> float:
         """FLOPs of model steps over `num_tokens` tokens, `logits_rows` rows of logits and `keys` (query,
@@ -101,9 +124,12 @@ class ModelWork:
         )
 
     def bytes(self, model_steps: float, num_tokens: float, keys_read: float) -> float:
-        """Bytes of `model_steps` steps: the weights read once each, the K/V of `keys_read` context tokens
-        read and of `num_tokens` new tokens written."""
-        return model_steps * self.weight_bytes_per_step + (keys_read + num_tokens) * self.kv_bytes_per_token
+        """Bytes of `model_steps` steps of `num_tokens` tokens together: the weights read once a step (of
+        the experts, those its tokens touch), the K/V of `keys_read` context tokens read and of the new
+        tokens written."""
+        tokens_per_step = num_tokens / model_steps if model_steps else 0.0
+        weights = self.weight_bytes_per_step + self.expert_bytes * self.experts_read_share(tokens_per_step)
+        return model_steps * weights + (keys_read + num_tokens) * self.kv_bytes_per_token
 
 
 def prefill_keys(computed: int, num_new: int) -> int:

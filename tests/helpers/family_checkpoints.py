@@ -20,6 +20,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 from nvllm.tokenizer.tokenizer import load_tokenizer
@@ -74,6 +76,21 @@ FAMILIES = {
         dict(num_key_value_heads=2, head_dim=32, sliding_window=None, rope_theta=1000000.0),
     ),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(num_key_value_heads=4, head_dim=32)),
+    # 8 experts, top-2, renormalised; layer 1 dense (mlp_only_layers), layers 0 and 2 sparse
+    "qwen3_moe": (
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        dict(
+            num_key_value_heads=4,
+            head_dim=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            moe_intermediate_size=64,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+    ),
 }
 
 
@@ -88,7 +105,8 @@ def redraw(model: torch.nn.Module, seed: int, hidden_size: int) -> None:
             elif "embed" in name:
                 param.normal_(0.0, 1 / math.sqrt(hidden_size), generator=generator)
             else:
-                param.normal_(0.0, 2 / math.sqrt(param.shape[1]), generator=generator)
+                # the input dimension is the last, for stacked experts' [E, out, in] too
+                param.normal_(0.0, 2 / math.sqrt(param.shape[-1]), generator=generator)
 
 
 def write_family_checkpoint(directory: Path, family: str, seed: int = 0, **overrides) -> Path:

@@ -12,37 +12,21 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from nvllm import LLM, SamplingParams
+from nvllm import SamplingParams
 from nvllm.config import ModelConfig
 from nvllm.layers.rotary import inverse_frequencies
 from nvllm.models.hf_config import model_from_checkpoint, rope_settings
 from nvllm.models.presets import PRESETS
 from nvllm.models.weights import hf_parameter_shapes
-from tests.helpers.family_checkpoints import FAMILIES, load_family_model, write_family_checkpoint
+from tests.helpers.family_checkpoints import FAMILIES, write_family_checkpoint
 from tests.helpers.parallel_oracle import prefill_logits, relative_error
+from tests.helpers.transformers_parity import NUM_TOKENS, PROMPTS, assert_greedy_equals_transformers, engine
 
-SHARED_PREFIX = list(range(500, 524))  # 6 blocks of 4: the second request finds them cached
-PROMPTS = [
-    list(range(1000, 1040)),  # 40 tokens through a 16-token budget: three chunks
-    SHARED_PREFIX + [7, 8, 9],
-    [9707, 11, 1879, 0],
-    SHARED_PREFIX + [3000, 3001],
-]
-NUM_TOKENS, TOP_K = 8, 5
+# Qwen3's own parity tests are tests/models/test_model_parity.py, Qwen3-MoE's test_qwen3_moe.py
+DENSE_FAMILIES = [family for family in FAMILIES if family not in ("qwen3", "qwen3_moe")]
 
 
-def engine(path, **overrides) -> LLM:
-    settings = dict(
-        enforce_eager=True,
-        kvcache_block_size=4,
-        num_kvcache_blocks=128,
-        max_num_batched_tokens=16,
-        max_model_len=64,
-    )
-    return LLM(str(path), **{**settings, **overrides})
-
-
-@pytest.fixture(scope="module", params=[family for family in FAMILIES if family != "qwen3"])
+@pytest.fixture(scope="module", params=DENSE_FAMILIES)
 def family_checkpoint(request, tmp_path_factory):
     return request.param, write_family_checkpoint(tmp_path_factory.mktemp(request.param), request.param)
 
@@ -54,22 +38,7 @@ TP_FAMILIES = ("llama3", "qwen2")
 
 def test_greedy_tokens_and_logprobs_equal_transformers(family_checkpoint):
     _, path = family_checkpoint
-    hf_model = load_family_model(path)
-    params = SamplingParams(max_tokens=NUM_TOKENS, temperature=0, ignore_eos=True, logprobs=TOP_K)
-    with engine(path) as llm:
-        outputs = [llm.generate([prompt], params, use_tqdm=False)[0] for prompt in PROMPTS]
-        assert llm.block_manager.num_hit_tokens >= len(SHARED_PREFIX)  # the last prompt's prefix was cached
-    for prompt, output in zip(PROMPTS, outputs):
-        sample = output.outputs[0]
-        with torch.no_grad():
-            logits = hf_model(torch.tensor([prompt + sample.token_ids])).logits[0, len(prompt) - 1 : -1]
-        expected = logits.argmax(-1).tolist()
-        assert sample.token_ids == expected
-        reference = torch.log_softmax(logits, -1)
-        for step, token_logprobs in enumerate(sample.logprobs):
-            top = reference[step].topk(TOP_K)
-            ours = torch.tensor([token_logprobs[token] for token in top.indices.tolist()])
-            torch.testing.assert_close(ours, top.values, atol=2e-4, rtol=1e-4)
+    assert_greedy_equals_transformers(path)
 
 
 @pytest.mark.parametrize("family", TP_FAMILIES)

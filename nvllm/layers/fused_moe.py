@@ -1,0 +1,97 @@
+"""A mixture-of-experts MLP: a router picks `top_k` of `num_experts` gated MLPs per token, whose outputs are
+summed with the router's weights (`nvllm::fused_experts`).
+
+The experts' weights are stacked, `gate_up_proj` `[E, 2 * I, H]` (each expert's gate rows, then its up
+rows) and `down_proj` `[E, H, I]`. Tensor parallelism splits every expert's intermediate dimension over the
+ranks, as the dense MLP's: each rank holds its slice of every expert, the router and the routing are whole on
+every rank (so they agree on the experts), and the partial outputs are summed by one all-reduce a layer.
+
+Expert parallelism (whole experts per rank) is not built. Its place is `ExpertWeights`: it would hold the
+experts `[rank * E / ranks, (rank + 1) * E / ranks)` whole, and the layer would send each (token, choice)
+pair to its expert's rank and back (two all-to-alls around `nvllm::fused_experts`, over the local experts)
+instead of the all-reduce.
+
+Router ties: among equal probabilities the lower expert index is chosen first, on every device (a stable
+sort). `torch.topk`, which transformers' router uses, has no rule for ties (on the CPU it may return any of
+the equal ones), so on an exact tie the two may choose different experts; otherwise they agree."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nvllm.distributed.group import all_reduce, tp_rank, tp_size
+from nvllm.ops.moe_ops import fused_experts
+
+
+def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen experts of each token and their weights: softmax over the experts in fp32, the `top_k`
+    largest (ties to the lower index), renormalised to sum to 1 when `renormalize`, in the logits' dtype."""
+    probabilities = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.sort(probabilities, dim=-1, descending=True, stable=True)
+    weights, ids = weights[:, :top_k], ids[:, :top_k]
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.to(router_logits.dtype), ids
+
+
+class Router(nn.Module):
+    """The router's `[E, H]` weight, whole on every rank."""
+
+    def __init__(self, hidden_size: int, num_experts: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_experts, hidden_size), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+class ExpertWeights(nn.Module):
+    """Every expert's gate/up and down weights, this rank's slice of each expert's intermediate dimension."""
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        if intermediate_size % tp_size():
+            raise ValueError(
+                f"moe_intermediate_size={intermediate_size} does not split over {tp_size()} ranks"
+            )
+        self.local_size = intermediate_size // tp_size()
+        self.gate_up_proj = nn.Parameter(
+            torch.empty(num_experts, 2 * self.local_size, hidden_size), requires_grad=False
+        )
+        self.down_proj = nn.Parameter(
+            torch.empty(num_experts, hidden_size, self.local_size), requires_grad=False
+        )
+
+    def shard_ids(self) -> dict[str, list[tuple[int, ...]]]:
+        """The checkpoint tensors each parameter is written from: (expert, 0 gate | 1 up) and (expert,)."""
+        experts = range(self.gate_up_proj.shape[0])
+        return {
+            "gate_up_proj": [(e, part) for e in experts for part in (0, 1)],
+            "down_proj": [(e,) for e in experts],
+        }
+
+    def weight_loader(self, param: nn.Parameter, full: torch.Tensor, expert: int, part: int = 0) -> None:
+        """One expert's unsharded gate, up (`[I, H]`) or down (`[H, I]`) tensor: this rank's slice of I."""
+        start = tp_rank() * self.local_size
+        if param is self.down_proj:
+            param.data[expert].copy_(full[:, start : start + self.local_size])
+        else:
+            rows = slice(part * self.local_size, (part + 1) * self.local_size)
+            param.data[expert, rows].copy_(full[start : start + self.local_size])
+
+
+class FusedMoE(nn.Module):
+    def __init__(
+        self, hidden_size: int, num_experts: int, top_k: int, intermediate_size: int, renormalize: bool
+    ):
+        super().__init__()
+        self.top_k, self.renormalize = top_k, renormalize
+        self.gate = Router(hidden_size, num_experts)
+        self.experts = ExpertWeights(num_experts, hidden_size, intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, ids = route(self.gate(x), self.top_k, self.renormalize)
+        experts = self.experts
+        return all_reduce(fused_experts(x, experts.gate_up_proj, experts.down_proj, weights, ids))

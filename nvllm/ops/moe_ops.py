@@ -1,0 +1,61 @@
+"""`nvllm::fused_experts`: a mixture-of-experts layer's experts, each token through the gated MLPs its router
+chose, weighted by the router and summed, as one custom op, so that the whole layer traces into the compiled
+graph whatever the routing (the op is opaque to dynamo; its work depends on the data).
+
+On CUDA it runs the Triton grouped matmuls (`nvllm.ops.moe_triton`: no host sync, so it is captured in CUDA
+graphs); elsewhere the torch reference below, which is also the GPU tests' oracle."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def experts_reference(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """`sum_j w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t))` over each token's chosen experts e = ids[t, j].
+    `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]. The
+    (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
+    once (the host reads how many each has)."""
+    top_k = topk_ids.shape[1]
+    pairs_by_expert = topk_ids.flatten().argsort(stable=True)
+    counts = torch.bincount(topk_ids.flatten(), minlength=gate_up.shape[0]).tolist()
+    pair_weights = topk_weights.flatten()
+    out = torch.zeros_like(x)
+    start = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        pairs = pairs_by_expert[start : start + count]
+        tokens = pairs // top_k
+        gate, up = F.linear(x[tokens], gate_up[expert]).chunk(2, -1)
+        y = F.linear(F.silu(gate) * up, down[expert]) * pair_weights[pairs, None]
+        out.index_add_(0, tokens, y)
+        start += count
+    return out
+
+
+@torch.library.custom_op("nvllm::fused_experts", mutates_args=())
+def fused_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
+    if x.is_cuda:
+        from nvllm.ops.moe_triton import grouped_experts
+
+        return grouped_experts(x, gate_up, down, topk_weights, topk_ids)
+    return experts_reference(x, gate_up, down, topk_weights, topk_ids)
+
+
+@fused_experts.register_fake
+def _(x, gate_up, down, topk_weights, topk_ids):
+    return torch.empty_like(x)

@@ -1,0 +1,209 @@
+"""The experts of a mixture-of-experts layer as two Triton grouped matmuls over all experts at once.
+
+The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, one kernel: no host
+sync, static shapes, so the op is captured in CUDA graphs). Each expert's run of pairs is padded to
+a whole number of row tiles, and each tile knows its expert; padding slots hold an index past the last pair
+and are masked. Then:
+- gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
+  in the epilogue, written at each pair's row of an `[pairs, I]` intermediate;
+- down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
+  epilogue, in fp32 at each pair's row; the k pairs of a token are then summed (no atomics, a fixed order).
+The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
+prefill gives them many."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+def row_tile(num_pairs: int, num_experts: int) -> int:
+    """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts."""
+    per_expert = num_pairs / num_experts
+    return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
+
+
+@triton.jit
+def _align_kernel(
+    ids_ptr,
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    num_pairs,
+    capacity,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """One program per expert: every program counts all experts' pairs (so each knows where its run
+    starts without a second launch), then writes its own pairs in order, its padding and its tiles' expert;
+    the last one also fills the slots and tiles past every run."""
+    expert = tl.program_id(0)
+    experts = tl.arange(0, EXPERTS_POW2)
+    counts = tl.zeros((EXPERTS_POW2,), tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        offsets = start + tl.arange(0, CHUNK)
+        inside = offsets < num_pairs
+        ids = tl.load(ids_ptr + offsets, inside, 0).to(tl.int32)
+        # the slots past the end read as expert 0: taken off its count again
+        outside = CHUNK - tl.sum(inside.to(tl.int32))
+        counts += tl.histogram(ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    run_start = tl.sum(tl.where(experts < expert, padded, 0))
+    count = tl.sum(tl.where(experts == expert, counts, 0))
+    run_length = tl.sum(tl.where(experts == expert, padded, 0))
+    seen = tl.full([], 0, tl.int32)
+    for start in range(0, num_pairs, CHUNK):
+        offsets = start + tl.arange(0, CHUNK)
+        inside = offsets < num_pairs
+        mine = (tl.load(ids_ptr + offsets, inside, NUM_EXPERTS) == expert).to(tl.int32)
+        rank = seen + tl.cumsum(mine, 0) - 1
+        tl.store(sorted_pairs_ptr + run_start + rank, offsets, mask=mine != 0)
+        seen += tl.sum(mine)
+    padding = count + tl.arange(0, BLOCK_M)
+    tl.store(sorted_pairs_ptr + run_start + padding, num_pairs, mask=padding < run_length)
+    for tile in range(0, run_length // BLOCK_M, CHUNK):
+        tiles = tile + tl.arange(0, CHUNK)
+        tl.store(tile_expert_ptr + run_start // BLOCK_M + tiles, expert, mask=tiles < run_length // BLOCK_M)
+    if expert == NUM_EXPERTS - 1:
+        total = tl.sum(padded)
+        for start in range(total, capacity, CHUNK):
+            slots = start + tl.arange(0, CHUNK)
+            tl.store(sorted_pairs_ptr + slots, num_pairs, mask=slots < capacity)
+        num_tiles = (capacity + BLOCK_M - 1) // BLOCK_M
+        for start in range(total // BLOCK_M, num_tiles, CHUNK):
+            tiles = start + tl.arange(0, CHUNK)
+            tl.store(tile_expert_ptr + tiles, NUM_EXPERTS, mask=tiles < num_tiles)
+
+
+def align_by_expert(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pairs' indices (t * k + j) sorted by expert (in order within an expert), each expert's run padded
+    to a multiple of `block_m` with the index `num_pairs`; and each tile's expert (`num_experts` for tiles
+    past the last run). Their lengths depend only on the shapes: at most min(E, pairs) experts are used,
+    each padded by less than `block_m`. One kernel launch."""
+    num_pairs = topk_ids.numel()
+    capacity = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
+    sorted_pairs = torch.empty(capacity, dtype=torch.int32, device=topk_ids.device)
+    tile_expert = torch.empty(triton.cdiv(capacity, block_m), dtype=torch.int32, device=topk_ids.device)
+    _align_kernel[(num_experts,)](
+        topk_ids.contiguous(),
+        sorted_pairs,
+        tile_expert,
+        num_pairs,
+        capacity,
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=triton.next_power_of_2(num_experts),
+        BLOCK_M=block_m,
+        CHUNK=1024,
+        num_warps=4,
+    )
+    return sorted_pairs, tile_expert
+
+
+@triton.jit
+def _grouped_matmul_kernel(
+    a_ptr,  # [rows, K]: row of pair p is p // A_ROW_DIVISOR (the token for gate/up, the pair for down)
+    w_ptr,  # [E, N (x2 when GATED), K]
+    out_ptr,  # [pairs, N]
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    pair_weights_ptr,
+    num_pairs,
+    num_experts,
+    N,
+    K,
+    stride_am,
+    stride_we,
+    stride_wn,
+    stride_om,
+    A_ROW_DIVISOR: tl.constexpr,
+    GATED: tl.constexpr,
+    WEIGHTED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    expert = tl.load(tile_expert_ptr + tile)
+    if expert >= num_experts:
+        return
+    pairs = tl.load(sorted_pairs_ptr + tile * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    valid = pairs < num_pairs
+    rows = pairs // A_ROW_DIVISOR
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    w_expert = w_ptr + expert.to(tl.int64) * stride_we
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_inside = ks < K
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :], valid[:, None] & k_inside[None, :], 0.0)
+        w_mask = k_inside[:, None] & inside[None, :]
+        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0)
+        acc = tl.dot(a, w, acc)
+        if GATED:
+            w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
+            acc_up = tl.dot(a, w_up, acc_up)
+    if GATED:
+        acc = acc * tl.sigmoid(acc) * acc_up
+    if WEIGHTED:
+        acc = acc * tl.load(pair_weights_ptr + pairs, valid, 0.0).to(tl.float32)[:, None]
+    out = out_ptr + pairs[:, None] * stride_om + columns[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), valid[:, None] & inside[None, :])
+
+
+def _grouped_matmul(a, w, out, sorted_pairs, tile_expert, pair_weights, block_m, divisor, gated, weighted):
+    num_pairs, n = out.shape
+    grid = (tile_expert.numel(), triton.cdiv(n, 64))
+    _grouped_matmul_kernel[grid](
+        a,
+        w,
+        out,
+        sorted_pairs,
+        tile_expert,
+        pair_weights,
+        num_pairs,
+        w.shape[0],
+        n,
+        a.shape[1],
+        a.stride(0),
+        w.stride(0),
+        w.stride(1),
+        out.stride(0),
+        A_ROW_DIVISOR=divisor,
+        GATED=gated,
+        WEIGHTED=weighted,
+        BLOCK_M=block_m,
+        BLOCK_N=64,
+        BLOCK_K=64,
+        num_warps=4,
+    )
+
+
+def grouped_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """`nvllm.ops.moe_ops.experts_reference`'s result from the two grouped matmuls."""
+    num_tokens, top_k = topk_ids.shape
+    num_experts, intermediate = gate_up.shape[0], down.shape[2]
+    num_pairs = num_tokens * top_k
+    if num_pairs == 0:
+        return torch.zeros_like(x)
+    x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
+    block_m = row_tile(num_pairs, num_experts)
+    sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
+    pair_weights = topk_weights.flatten().contiguous()
+    activated = x.new_empty((num_pairs, intermediate))
+    tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
+    _grouped_matmul(x, gate_up, activated, *tiles, divisor=top_k, gated=True, weighted=False)
+    weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
+    _grouped_matmul(activated, down, weighted, *tiles, divisor=1, gated=False, weighted=True)
+    return weighted.view(num_tokens, top_k, -1).sum(1).to(x.dtype)

@@ -1,0 +1,52 @@
+"""The GPU oracle of a family checkpoint: the engine (bf16, compiled, CUDA graphs, flash-attn and the Triton
+kernels) against transformers' implementation in fp32 on the same bf16-rounded weights: prefill logits
+within bf16's error, and every greedy token the engine picks is the fp32 model's best or within bf16 noise
+of it (a near-tie, experiments/harness/parity.py)."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from experiments.harness.parity import fp32_gap, is_near_tie, precision_noise
+from nvllm import LLM, SamplingParams
+from tests.helpers.family_checkpoints import load_family_model
+from tests.helpers.parallel_oracle import prefill_logits, relative_error
+
+PROMPTS = [[random.Random(n).randrange(150_000) for _ in range(n)] for n in (7, 60, 300)]
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+def assert_follows_transformers_up_to_bf16(path, label: str) -> None:
+    with LLM(str(path), max_model_len=512, gpu_memory_utilization=0.3) as llm:
+        logits = prefill_logits(llm, PROMPTS)
+        generations = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
+
+    hf = load_family_model(path).cuda()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.copy_(param.to(torch.bfloat16))  # the rounding the engine's weights went through
+
+        def hf_logits(model, tokens: list[int]) -> torch.Tensor:
+            return model(torch.tensor([tokens], device="cuda")).logits[0].float()
+
+        fp32_last = torch.stack([hf_logits(hf, p)[-1] for p in PROMPTS]).cpu()
+        bf16 = hf.to(torch.bfloat16)
+        bf16_last = torch.stack([hf_logits(bf16, p)[-1] for p in PROMPTS]).cpu()
+        hf.float()
+        noise = precision_noise(bf16_last, fp32_last)  # transformers' own bf16 against its fp32
+        error = relative_error(logits, fp32_last)
+        assert error <= 1.5 * relative_error(bf16_last, fp32_last) + 0.01, f"{label}: {error:.4f} from fp32"
+
+        agreed = 0
+        for prompt, ours in zip(PROMPTS, generations, strict=True):
+            fp32 = hf_logits(hf, prompt + ours)[len(prompt) - 1 : -1].cpu()
+            for step, token in enumerate(ours):
+                best = int(fp32[step].argmax())
+                agreed += token == best
+                assert token == best or is_near_tie(fp32[step], token, best, noise), (
+                    f"{label}, prompt of {len(prompt)}: token {step} is {token}, fp32's best {best}; their "
+                    f"fp32 logits are {fp32_gap(fp32[step], token, best):.3f} apart, bf16 noise {noise:.3f}"
+                )
+    assert agreed >= len(PROMPTS) * GREEDY.max_tokens * 3 // 4

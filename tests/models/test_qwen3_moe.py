@@ -1,0 +1,243 @@
+"""Qwen3-MoE against transformers' implementation on a tiny random checkpoint transformers wrote (8 experts,
+top-2, renormalised, one dense layer through `mlp_only_layers`): greedy tokens and top-k log-probabilities in
+fp32 at TP=1 and TP=2; the router's choice on ties; the Triton grouped matmuls in Triton's interpreter
+against the torch reference; the settings refused by name; the presets' sizes and the memory check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch._dynamo.utils
+import torch.nn.functional as F
+
+from nvllm import LLM, SamplingParams
+from nvllm.config import EngineConfig, ParallelConfig
+from nvllm.layers.fused_moe import route
+from nvllm.models.hf_config import model_from_checkpoint
+from nvllm.models.presets import PRESETS
+from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
+from nvllm.models.weights import hf_parameter_shapes, load_weights, random_tensors
+from nvllm.profiling.utilization import ModelWork
+from nvllm.runner import memory
+from tests.helpers.family_checkpoints import write_family_checkpoint
+from tests.helpers.transformers_parity import assert_greedy_equals_transformers
+
+
+@pytest.fixture(scope="module")
+def moe_checkpoint(tmp_path_factory):
+    return write_family_checkpoint(tmp_path_factory.mktemp("qwen3_moe"), "qwen3_moe")
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_greedy_tokens_and_logprobs_equal_transformers(moe_checkpoint, tp):
+    assert_greedy_equals_transformers(moe_checkpoint, tensor_parallel_size=tp)
+
+
+def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint):
+    """The router and `nvllm::fused_experts` inside the compiled regions (fullgraph=True): the sparse and the
+    dense layer are a graph each (and each again for cascade decode), the final norm one; no graph breaks,
+    no recompiles after warm-up, the eager model's tokens."""
+    prompts = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
+    staggered = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (12, 7, 3)]
+    settings = dict(
+        kvcache_block_size=16, num_kvcache_blocks=64, max_num_batched_tokens=32, max_model_len=128
+    )
+    with LLM(str(moe_checkpoint), enforce_eager=True, **settings) as eager:
+        expected = [o.outputs[0].token_ids for o in eager.generate(prompts, staggered, use_tqdm=False)]
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    with LLM(str(moe_checkpoint), enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
+        assert counters["stats"]["unique_graphs"] == 5
+        compiled.model_runner.trust_decode_guards = False  # a recompile would show instead of running
+        outputs = compiled.generate(prompts, staggered, use_tqdm=False)
+        assert counters["stats"]["unique_graphs"] == 5, "recompiled after warm-up"
+    assert not counters["graph_break"], f"graph breaks: {dict(counters['graph_break'])}"
+    assert [o.outputs[0].token_ids for o in outputs] == expected
+
+
+def test_the_config_reads_the_experts_and_the_dense_layers(moe_checkpoint):
+    config = model_from_checkpoint(str(moe_checkpoint))  # transformers 5 writes num_local_experts
+    assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (8, 2, 64)
+    assert config.norm_topk_prob and config.mlp_only_layers == [1]
+    assert [is_sparse_layer(config, i) for i in range(3)] == [True, False, True]
+    stepped = dataclasses.replace(config, mlp_only_layers=[], decoder_sparse_step=2)
+    assert [is_sparse_layer(stepped, i) for i in range(4)] == [False, True, False, True]
+
+
+def test_router_ties_go_to_the_lower_expert_index():
+    """Equal router probabilities: the lower expert index is chosen first (torch.topk, which transformers
+    uses, has no rule: on the CPU it returns experts 4 and 7 of the first row here)."""
+    hidden, num_experts = 4, 8
+    router_weight = torch.zeros(num_experts, hidden)
+    router_weight[:, 0] = torch.tensor([0.0, 1.0, 2.0, 2.0, 2.0, 1.0, 0.0, 2.0])  # experts 2, 3, 4, 7 tie
+    router_weight[:, 1] = 0.5  # a second row: all eight tie
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    weights, ids = route(F.linear(x, router_weight), top_k=2, renormalize=True)
+    assert ids.tolist() == [[2, 3], [0, 1]]
+    torch.testing.assert_close(weights, torch.full((2, 2), 0.5))
+    weights, ids = route(F.linear(x, router_weight), top_k=3, renormalize=False)
+    assert ids.tolist() == [[2, 3, 4], [0, 1, 2]]
+    share = math.exp(2) / (2 * math.exp(0) + 2 * math.exp(1) + 4 * math.exp(2))  # softmax of a tied expert
+    torch.testing.assert_close(weights, torch.tensor([[share] * 3, [1 / 8] * 3]))
+
+
+def run_in_interpreter(check: str) -> None:
+    """`check` (Python code) in a process of its own with Triton's interpreter, which runs the kernels on
+    the CPU (it must be chosen before triton is imported)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", check + "\nprint('checked')"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0 and "checked" in result.stdout, result.stderr[-3000:]
+
+
+def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_triton import grouped_experts
+generator = torch.Generator().manual_seed(0)
+# (tokens, experts, top-k, hidden, intermediate): a decode-sized batch, one with experts of many rows (a
+# larger tile), one token; sizes off the 64-wide tiles so the masks are exercised
+shapes = [(5, 8, 2, 64, 48), (300, 4, 2, 96, 80), (1, 8, 3, 32, 16)]
+for tokens, experts, top_k, hidden, intermediate in shapes:
+    x = torch.randn(tokens, hidden, generator=generator)
+    gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
+    down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+    weights, ids = torch.randn(tokens, experts, generator=generator).softmax(-1).topk(top_k, -1)
+    expected = experts_reference(x, gate_up, down, weights, ids)
+    ours = grouped_experts(x, gate_up, down, weights, ids)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+"""
+    )
+
+
+def test_tiles_are_padded_per_expert_and_know_their_expert():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_triton import align_by_expert, row_tile
+# pairs t * 2 + j: expert 0 has pairs 1 and 4, expert 1 pair 3, expert 3 pairs 0, 2 and 5
+ids = torch.tensor([[3, 0], [3, 1], [0, 3]])
+sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
+pad = 6
+# capacity: 6 pairs + min(4 experts, 6 pairs) x 1 padding slot each at most
+assert sorted_pairs.tolist() == [1, 4, 3, pad, 0, 2, 5, pad, pad, pad], sorted_pairs.tolist()
+assert tile_expert.tolist() == [0, 1, 3, 3, 4], tile_expert.tolist()  # the last tile is past every run
+# more pairs than one chunk of the kernel, each expert's run in pair order
+ids = torch.randint(0, 6, (1500, 2), generator=torch.Generator().manual_seed(0))
+sorted_pairs, tile_expert = align_by_expert(ids, num_experts=6, block_m=16)
+flat, start = ids.flatten(), 0
+for expert in range(6):
+    pairs = (flat == expert).nonzero().flatten()
+    run = -(-len(pairs) // 16) * 16
+    assert sorted_pairs[start : start + len(pairs)].tolist() == pairs.tolist()
+    assert (sorted_pairs[start + len(pairs) : start + run] == 3000).all()
+    assert (tile_expert[start // 16 : (start + run) // 16] == expert).all()
+    start += run
+assert (sorted_pairs[start:] == 3000).all() and (tile_expert[start // 16 :] == 6).all()
+assert row_tile(8, 128) == 16 and row_tile(4096, 128) == 32 and row_tile(65536, 128) == 64
+"""
+    )
+
+
+def config_json(tmp_path, **changes) -> str:
+    directory = write_family_checkpoint(tmp_path / "moe", "qwen3_moe")
+    config = json.loads((directory / "config.json").read_text())
+    config.update(changes)
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+REFUSED = [
+    ({"shared_expert_intermediate_size": 256}, "shared_expert_intermediate_size=256"),
+    ({"scoring_func": "sigmoid"}, "scoring_func='sigmoid'"),
+    ({"routed_scaling_factor": 2.5}, "routed_scaling_factor=2.5"),
+    ({"n_group": 4, "topk_group": 2}, "n_group=4"),
+    ({"num_experts_per_tok": 9}, "num_experts_per_tok=9 of num_experts=8"),
+    ({"decoder_sparse_step": 0}, "decoder_sparse_step=0"),
+    (
+        {"use_sliding_window": True, "sliding_window": 64, "max_window_layers": 0, "layer_types": None},
+        "use_sliding_window=true",
+    ),
+]
+
+
+@pytest.mark.parametrize("changes, message", REFUSED)
+def test_a_routing_the_engine_does_not_implement_is_refused_by_name(tmp_path, changes, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model_from_checkpoint(config_json(tmp_path, **changes))
+
+
+def test_fp8_experts_are_refused_by_name(moe_checkpoint):
+    with pytest.raises(ValueError, match="quantization='fp8' is not implemented for MoE experts"):
+        LLM(str(moe_checkpoint), enforce_eager=True, model__quantization="fp8", max_model_len=64)
+
+
+def test_a_missing_expert_tensor_is_named(moe_checkpoint):
+    config = model_from_checkpoint(str(moe_checkpoint))
+    model = Qwen3MoeForCausalLM(config)
+    missing = "model.layers.2.mlp.experts.5.up_proj.weight"
+    tensors = [t for t in random_tensors(config, seed=0) if t[0] != missing]
+    with pytest.raises(ValueError, match=r"experts\.gate_up_proj', 5, 1\)"):
+        load_weights(model, tensors, hf_parameter_shapes(config))
+
+
+# the model cards' figures: 30.5B parameters, 3.3B active; 235B, 22B active
+PRESET_PARAMETERS = {"qwen3-30b-a3b": (30_532_122_624, 3.3e9), "qwen3-235b-a22b": (235_093_634_560, 22e9)}
+
+
+@pytest.mark.parametrize("preset", PRESET_PARAMETERS)
+def test_presets_have_the_published_sizes(preset):
+    config = PRESETS[preset]
+    shapes = hf_parameter_shapes(config)
+    total = sum(math.prod(shape) for shape in shapes.values())
+    experts = sum(math.prod(shape) for name, shape in shapes.items() if ".experts." in name)
+    active = total - experts + experts * config.num_experts_per_tok / config.num_experts
+    assert total == PRESET_PARAMETERS[preset][0]
+    assert abs(active / PRESET_PARAMETERS[preset][1] - 1) < 0.02
+
+
+def test_the_235b_preset_is_refused_on_one_gpu_with_the_numbers_and_fits_four(monkeypatch):
+    h200_free = 139 * 2**30
+    monkeypatch.setattr(memory, "available_bytes", lambda device: h200_free)
+    model = dataclasses.replace(PRESETS["qwen3-235b-a22b"], dtype="bfloat16")
+    one_gpu = EngineConfig(model=model)
+    message = "qwen3-235b-a22b needs 437.9 GiB of weights (bfloat16) and 0.0 GiB of KV cache per rank"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        memory.check_fits(one_gpu, torch.bfloat16, "cuda")
+    memory.check_fits(dataclasses.replace(one_gpu, parallel=ParallelConfig(4)), torch.bfloat16, "cuda")
+
+
+def test_a_step_reads_the_experts_its_tokens_touch():
+    """Qwen3-30B-A3B in bf16: one token reads 8 of each layer's 128 experts; 256 tokens nearly all of them
+    (1 - (120/128)^256); FLOPs count each token's 8 experts and the router."""
+    config = PRESETS["qwen3-30b-a3b"]
+    work = ModelWork.of(config, torch.bfloat16)
+    expert_bytes = 48 * 128 * 3 * 2048 * 768 * 2
+    assert work.expert_bytes == expert_bytes
+    kv = work.kv_bytes_per_token
+    assert work.bytes(1, 1, 0) == work.weight_bytes_per_step + expert_bytes * 8 / 128 + kv
+    assert work.bytes(4, 4, 0) == 4 * (work.weight_bytes_per_step + expert_bytes * 8 / 128) + 4 * kv
+    read_256 = work.bytes(1, 256, 0) - work.weight_bytes_per_step - 256 * kv
+    assert (
+        read_256 == pytest.approx(expert_bytes * (1 - (120 / 128) ** 256))
+        and read_256 > 0.9999 * expert_bytes
+    )
+    attention = 2048 * (32 * 128 + 2 * 4 * 128) + 32 * 128 * 2048
+    experts = 2048 * 128 + 8 * 3 * 2048 * 768
+    assert work.linear_flops_per_token == 2 * 48 * (attention + experts)
