@@ -18,7 +18,7 @@ from nvllm.layers.rotary import inverse_frequencies
 from nvllm.models.hf_config import model_from_checkpoint, rope_settings
 from nvllm.models.presets import PRESETS
 from nvllm.models.weights import hf_parameter_shapes
-from tests.helpers.family_checkpoints import FAMILIES, write_family_checkpoint
+from tests.helpers.family_checkpoints import FAMILIES, load_family_model, write_family_checkpoint
 from tests.helpers.parallel_oracle import prefill_logits, relative_error
 from tests.helpers.transformers_parity import NUM_TOKENS, PROMPTS, assert_greedy_equals_transformers, engine
 

@@ -11,7 +11,6 @@ import torch
 from experiments.harness.parity import precision_noise
 from nvllm.layers.fused_moe import route
 from nvllm.ops.moe_ops import experts_reference
-from nvllm.ops.moe_triton import grouped_experts
 from tests.helpers.family_checkpoints import write_family_checkpoint
 from tests.helpers.gpu_parity import assert_follows_transformers_up_to_bf16
 from tests.helpers.parallel_oracle import relative_error
@@ -38,6 +37,8 @@ def layer_inputs(num_tokens: int, seed: int):
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
 def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens):
     """Decode batches (a few rows an expert, the smallest tile) and prefill (many, larger tiles)."""
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+
     fp32 = layer_inputs(num_tokens, seed=num_tokens)
     bf16 = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in fp32]
     exact = experts_reference(*[t.float() for t in bf16])  # the bf16-rounded inputs computed in fp32
@@ -49,6 +50,8 @@ def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens):
 
 def test_the_grouped_matmuls_replay_in_a_cuda_graph():
     """Captured once, replayed with other tokens and another routing: the same result as eager."""
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+
     x, gate_up, down, weights, ids = [
         t.to(torch.bfloat16) if t.is_floating_point() else t for t in layer_inputs(256, seed=1)
     ]
