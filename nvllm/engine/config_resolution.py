@@ -173,6 +173,16 @@ def validate(config: EngineConfig) -> None:
         raise ValueError("invalid config: " + "; ".join(problems))
 
 
+def require_capability(device: str, minimum: tuple[int, int], setting: str, why: str) -> None:
+    """A ValueError naming `setting` where `device`'s compute capability is below `minimum`."""
+    capability = torch.cuda.get_device_capability(torch.device(device))
+    if capability < minimum:
+        raise ValueError(
+            f"{setting} needs a GPU of compute capability {minimum[0]}.{minimum[1]} or later ({why}); "
+            f"{device} has {capability[0]}.{capability[1]}"
+        )
+
+
 def resolve(config: EngineConfig) -> EngineConfig:
     """`config` validated, with every `auto` settled for this machine: the device (`cuda` when there is one),
     the attention backend (flash-attn where it can run), the dtype (bf16 on CUDA, fp32 on the CPU) and
@@ -190,19 +200,10 @@ def resolve(config: EngineConfig) -> EngineConfig:
             "(nvllm.ops.moe_triton) do not yet match the torch reference on the GPU"
         )
     if on_cuda and config.model.quantization == "fp8":
-        capability = torch.cuda.get_device_capability(torch.device(device))
-        if capability < (9, 0):
-            raise ValueError(
-                f"model.quantization=fp8 needs a GPU of compute capability 9.0 or later (its matmuls scale "
-                f"float8 per row and per column); {device} has {capability[0]}.{capability[1]}"
-            )
+        why = "its matmuls scale float8 per row and column"
+        require_capability(device, (9, 0), "model.quantization=fp8", why)
     if on_cuda and config.cache.dtype == "fp8":
-        capability = torch.cuda.get_device_capability(torch.device(device))
-        if capability < (8, 9):
-            raise ValueError(
-                f"cache.dtype=fp8 needs a GPU of compute capability 8.9 or later (its kernels convert float8 "
-                f"e4m3 in registers); {device} has {capability[0]}.{capability[1]}"
-            )
+        require_capability(device, (8, 9), "cache.dtype=fp8", "its kernels convert float8 e4m3 in registers")
     backend = resolve_backend(config.attention.backend, device, config.cache.block_size)
     dtype = resolved_dtype(config.model.dtype, on_cuda)
     enabled = on_cuda if config.compile.enabled is None else config.compile.enabled

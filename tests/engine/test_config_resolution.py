@@ -4,10 +4,11 @@ values written out by hand."""
 import dataclasses
 
 import pytest
+import torch
 
 from nvllm.attention import BACKENDS, TorchBackend
 from nvllm.config import AttentionConfig, CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
-from nvllm.engine.config_resolution import resolve, validate
+from nvllm.engine.config_resolution import engine_config, resolve, validate
 from nvllm.runner.dtypes import resolved_dtype
 from nvllm.scheduler import policy
 
@@ -48,3 +49,17 @@ def test_auto_dtype_is_bf16_on_cuda_and_fp32_on_the_cpu():
     assert resolved_dtype("auto", on_cuda=False) == "float32"
     assert resolved_dtype("float16", on_cuda=False) == "float16"
     assert resolve(EngineConfig(device="cpu")).model.dtype == "float32"
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"model__quantization": "fp8"}, "model.quantization=fp8 needs a GPU of compute capability 9.0"),
+        ({"kv_cache_dtype": "fp8"}, "cache.dtype=fp8 needs a GPU of compute capability 8.9"),
+    ],
+)
+def test_fp8_on_a_gpu_too_old_for_it_is_refused_with_the_capabilities(monkeypatch, setting, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    with pytest.raises(ValueError, match=rf"{message} or later \(.*\); cuda has 8.0"):
+        engine_config("tiny", device="cuda", **setting)
