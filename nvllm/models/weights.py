@@ -104,14 +104,20 @@ def random_tensors(config: ModelConfig, seed: int, device: str = "cpu") -> Itera
     for name, shape in hf_parameter_shapes(config).items():
         generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
         tensor = torch.empty(shape, device=device)
-        if name.endswith(".bias"):
-            tensor.normal_(0.0, 0.1, generator=generator)
-        elif len(shape) == 1:
-            tensor.uniform_(0.8, 1.2, generator=generator)
-        else:
-            std = 1 / math.sqrt(config.hidden_size) if "embed" in name else 2 / math.sqrt(shape[1])
-            tensor.normal_(0.0, std, generator=generator)
+        fill_random(tensor, name, config.hidden_size, generator)
         yield name, tensor, "random weights"
+
+
+def fill_random(tensor: torch.Tensor, name: str, hidden_size: int, generator: torch.Generator) -> None:
+    """`tensor` (the parameter `name`) drawn with `random_tensors`' spread; a matrix's input dimension is its
+    last (stacked experts' `[E, out, in]` too)."""
+    if name.endswith(".bias"):
+        tensor.normal_(0.0, 0.1, generator=generator)
+    elif tensor.dim() == 1:
+        tensor.uniform_(0.8, 1.2, generator=generator)
+    else:
+        std = 1 / math.sqrt(hidden_size) if "embed" in name else 2 / math.sqrt(tensor.shape[-1])
+        tensor.normal_(0.0, std, generator=generator)
 
 
 def load_weights(model: nn.Module, tensors: Tensors, expected_shapes: dict[str, tuple[int, ...]]) -> None:

@@ -1,13 +1,11 @@
 """Tiny random checkpoints of each dense family, written by transformers itself (its config class, its model,
 `save_pretrained`), so that reading them tests our config reader and weight names against the real thing.
 
-Weights are redrawn after transformers' init with the spread that keeps a random model's greedy path
-dependent on its context (N(0, 0.02) makes it repeat one token): norm weights U(0.8, 1.2), biases
-N(0, 0.1^2), embeddings N(0, 1/hidden), matrices N(0, (2/sqrt(fan_in))^2)."""
+Weights are redrawn after transformers' init with the spread of the engine's random weights
+(`nvllm.models.weights.fill_random`), which keeps a random model's greedy path dependent on its context."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -24,6 +22,7 @@ from transformers import (
     Qwen3MoeForCausalLM,
 )
 
+from nvllm.models.weights import fill_random
 from nvllm.tokenizer.tokenizer import load_tokenizer
 from tests.helpers.checkpoints import save_with_transformers
 
@@ -98,15 +97,7 @@ def redraw(model: torch.nn.Module, seed: int, hidden_size: int) -> None:
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith(".bias"):
-                param.normal_(0.0, 0.1, generator=generator)
-            elif param.dim() == 1:
-                param.uniform_(0.8, 1.2, generator=generator)
-            elif "embed" in name:
-                param.normal_(0.0, 1 / math.sqrt(hidden_size), generator=generator)
-            else:
-                # the input dimension is the last, for stacked experts' [E, out, in] too
-                param.normal_(0.0, 2 / math.sqrt(param.shape[-1]), generator=generator)
+            fill_random(param, name, hidden_size, generator)
 
 
 def write_family_checkpoint(directory: Path, family: str, seed: int = 0, **overrides) -> Path:
