@@ -7,6 +7,7 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from nvllm import LLM, SamplingParams
+from tests.helpers.transformers_parity import engine as parity_engine
 
 PROMPTS = [list(range(1000, 1023)), [9707, 11, 1879, 0, 42, 42, 7, 3000, 151645, 198, 5]]
 NUM_TOP = 3
@@ -25,14 +26,8 @@ def expected_logprobs(hf_model, prompt: list[int]) -> torch.Tensor:
 
 
 def engine(checkpoint, **overrides) -> LLM:
-    settings = dict(
-        enforce_eager=True,
-        kvcache_block_size=4,
-        num_kvcache_blocks=256,
-        max_num_batched_tokens=64,
-        max_model_len=64,
-    )
-    return LLM(str(checkpoint), **{**settings, **overrides})
+    """The parity tests' engine (eager fp32, blocks of 4), with room for a few prompts in one step."""
+    return parity_engine(checkpoint, **{"num_kvcache_blocks": 256, "max_num_batched_tokens": 64, **overrides})
 
 
 def assert_matches(prompt_logprobs, prompt: list[int], expected: torch.Tensor, num_top: int) -> None:
