@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from nvllm.config import ModelConfig
@@ -15,9 +17,14 @@ from nvllm.scheduler.scheduler import ScheduledBatch
 
 
 def batch_sampling(
-    batch: ScheduledBatch, num_rows: int, model: ModelConfig, device: torch.device | str
+    batch: ScheduledBatch,
+    num_rows: int,
+    model: ModelConfig,
+    device: torch.device | str,
+    wait_for_device: Callable[[torch.cuda.Event], None] | None = None,
 ) -> SamplingBatch:
-    """`num_rows`: the rows of logits the batch's last step gives (padding rows included)."""
+    """`num_rows`: the rows of logits the batch's last step gives (padding rows included);
+    `wait_for_device`: the runner's, with which the grammar masks wait for sampled tokens."""
     seqs = batch.sampled_seqs
     num_steps = None if batch.is_prefill else batch.num_new_tokens
     sampling = Sampler.prepare(
@@ -34,7 +41,7 @@ def batch_sampling(
         sampling.step_prompt_logprobs = prompt_logprobs(
             batch.seqs, batch.num_new_tokens, model.vocab_size, device
         )
-    sampling.grammar_masks = grammar_masks(seqs, num_steps, device)
+    sampling.grammar_masks = grammar_masks(seqs, num_steps, device, wait_for_device)
     return sampling
 
 

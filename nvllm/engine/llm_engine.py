@@ -193,7 +193,9 @@ class LLMEngine:
                 self.decode_kv_tokens_read += read
                 self.decode_kv_tokens_read_plain += plain
         profiler.lap("build_inputs")
-        sampling = batch_sampling(batch, steps[0].num_logits, self.config.model, self.device)
+        sampling = batch_sampling(
+            batch, steps[0].num_logits, self.config.model, self.device, self.model_runner.wait_for_device
+        )
         profiler.lap("sample")
         self.work.add(batch)
         profiler.launch_started(batch)

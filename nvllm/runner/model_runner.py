@@ -268,6 +268,10 @@ class ModelRunner:
             sampled = self.broadcaster.tokens(sampled)
             self.token_table.index_copy_(0, to_device(inputs.sampled_rows, self.device), sampled)
             tokens.append(sampled)
+        if sampling is not None and sampling.grammar_masks is not None:
+            # each step's matchers consume its tokens in the next step's sampling, once that step's forward
+            # is launched; the last step's are consumed here, before the scheduler reads the matchers
+            sampling.grammar_masks.settle()
         return torch.stack(tokens, dim=1)
 
     def _sample_with(self, sampling: SamplingBatch) -> Sample:
