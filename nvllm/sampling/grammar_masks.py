@@ -62,6 +62,7 @@ class GrammarMasks:
     def masked(self, logits: torch.Tensor, step: int) -> torch.Tensor:
         """float32 logits with the tokens each constrained row's grammar forbids at -inf (a copy: the
         model's logits may be a CUDA graph's output buffer)."""
+        self.settle()  # the step before's tokens, whose copy `accept` started, reach their matchers first
         pending = [(state.matcher, index) for index, state in enumerate(self.states) if state.end_len is None]
         if pending:  # every row's grammar may have ended within the round
             self.llguidance_torch.fill_next_token_bitmask_par(mask_executor(), pending, self.bitmask)
