@@ -240,11 +240,13 @@ class ServingSLOConfig:
 @dataclass
 class ServingConfig:
     """`+experiment=serving`: the server's URL (None: started in the job), the request rates (req/s, inf:
-    all at once) and the arrivals' burstiness (gamma shape; 1: Poisson)."""
+    all at once), the arrivals' burstiness (gamma shape; 1: Poisson), and whether the job's engine is also
+    measured offline beside the server (`offline_reference`)."""
 
     url: str | None = None
     request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
     burstiness: float = 1.0
+    offline_reference: bool = True
     slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
 
 

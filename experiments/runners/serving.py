@@ -1,12 +1,16 @@
 """Online serving under load: the OpenAI server started in this process on the job's engine (or the one at
 `serving.url`, measured without building an engine here), the workload's requests sent at each of
 `serving.request_rates` (requests/s; gamma arrivals of `serving.burstiness`, 1 = Poisson; `inf` = all at
-once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, and
-goodput under `serving.slo`. A latency-vs-rate figure goes beside results.json."""
+once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, tokens
+per streamed chunk, and goodput under `serving.slo`. With `serving.offline_reference` (an engine of this
+process only), the same engine offline beside them: `generate`'s throughput on the highest rate's requests
+and each lowest-rate request's prefill alone (experiments/runners/serving_offline.py), each from a cold
+prefix cache. A latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -18,21 +22,32 @@ from omegaconf import DictConfig  # noqa: E402
 
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
 from experiments.runners.serving_client import arrival_gaps, send_at_rate, served_model  # noqa: E402
+from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
 
 
-def plot_latency_vs_rate(per_rate: list[dict], path: Path) -> None:
-    rates = [row["request_rate"] for row in per_rate]
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+def plot_latency_vs_rate(per_rate: list[dict], path: Path, offline: dict | None = None) -> None:
+    """Latencies and throughput against the request rate (an infinite rate drawn at twice the highest finite
+    one), with the offline references as horizontal lines where measured."""
+    finite = [row["request_rate"] for row in per_rate if math.isfinite(row["request_rate"])]
+    rates = [rate if math.isfinite(rate) else 2 * max(finite, default=1.0) for rate in
+             (row["request_rate"] for row in per_rate)]  # fmt: skip
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
     for metric in ("ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms"):
         axes[0].plot(rates, [row[metric] for row in per_rate], marker="o", label=metric)
-    for metric in ("tpot_p50_ms", "itl_p99_ms"):
+    for metric in ("tpot_p50_ms", "itl_p50_ms", "itl_p99_ms"):
         axes[1].plot(rates, [row[metric] for row in per_rate], marker="o", label=metric)
-    for axis in axes:
-        axis.set_xlabel("request rate (req/s)")
-        axis.set_ylabel("ms")
+    throughput = [row["output_tok_per_s"] for row in per_rate]
+    axes[2].plot(rates, throughput, marker="o", label="server output tok/s")
+    if offline:
+        axes[0].axhline(offline["offline_ttft_p50_ms"], color="gray", linestyle="--", label="prefill alone")
+        axes[2].axhline(offline["offline_output_tok_per_s"], color="gray", linestyle="--", label="generate")
+    all_at_once = "; all at once: at twice the highest" if len(finite) < len(per_rate) else ""
+    for axis, unit in zip(axes, ("ms", "ms", "tok/s")):
+        axis.set_xlabel(f"request rate (req/s{all_at_once})")
+        axis.set_ylabel(unit)
         axis.legend()
     figure.tight_layout()
     figure.savefig(path)
@@ -70,9 +85,29 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                     f"{metrics['ttft_p50_ms']:.1f} ms, TPOT p50 {metrics['tpot_p50_ms']:.1f} ms, "
                     f"goodput {metrics['goodput']:.2f} req/s"
                 )
-        plot_latency_vs_rate(per_rate, job.output_dir / FIGURE)
+            offline = None
+            if serving.url is None and serving.offline_reference:
+                offline = offline_references(run, rates)
+                print(
+                    f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
+                    f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
+                )
+        plot_latency_vs_rate(per_rate, job.output_dir / FIGURE, offline)
         summary = {f"{key}@{row['request_rate']:g}": value for row in per_rate for key, value in row.items()}
+        summary.update(offline or {})
         if run.sharegpt is not None:
             summary.update(run.sharegpt.counts())
         run.record(summary, per_rate)
     return {"per_rate": per_rate, **summary}
+
+
+def offline_references(run, rates: list[float]) -> dict:
+    """The engine offline (the server idle): `generate` on the highest rate's requests, and the lowest rate's
+    requests' prefills one at a time, each after the prefix cache is emptied, so that no prompt the server saw
+    is a hit."""
+    highest, lowest = rates.index(max(rates)), rates.index(min(rates))
+    if not run.llm.reset_prefix_cache():
+        raise RuntimeError("the server still holds KV blocks after its requests ended")
+    offline = offline_throughput(run.llm, *run.requests(highest))
+    run.llm.reset_prefix_cache()
+    return {**offline, **offline_ttft(run.llm, *run.requests(lowest))}

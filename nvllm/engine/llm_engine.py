@@ -233,6 +233,12 @@ class LLMEngine:
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
             self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget the prefix cache's blocks (a benchmark's cold start); False, changing nothing, while
+        requests hold blocks."""
+        with self._ownership.call():
+            return self.scheduler.block_manager.reset_prefix_cache()
+
     def abort_all(self) -> None:
         """Drop every pending request and its KV blocks (after an error: the engine stays usable)."""
         with self._ownership.call():

@@ -198,6 +198,17 @@ class BlockManager:
             self.hash_to_block_id.setdefault(block.hash, block.block_id)
         seq.num_registered_blocks = num_full
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (vLLM's `reset_prefix_cache`), so that later prompts are computed in
+        full; refused (False) while a sequence holds blocks, whose published hashes it may still extend."""
+        if self.num_free_blocks < self.num_blocks:
+            return False
+        for block in self.blocks:
+            block.hash, block.token_ids = None, ()
+        self.hash_to_block_id.clear()
+        self._num_hash_changes += 1
+        return True
+
     def free(self, seq: Sequence) -> None:
         """Give the sequence's blocks back: none of its K/V is left (a preempted one is recomputed)."""
         # The tail is released first, so it is reused first and shared prefixes live longest.

@@ -348,3 +348,24 @@ def test_full_hit_on_a_block_boundary_recomputes_the_last_block(llm, uncached_ll
     assert llm.generate([prompt], GREEDY, use_tqdm=False) == first_out
     assert llm.num_prefill_tokens - prefill_before == BLOCK_SIZE
     assert first_out == uncached_llm.generate([prompt], GREEDY, use_tqdm=False)
+
+
+def test_reset_prefix_cache_recomputes_every_prompt_and_is_refused_while_blocks_are_held(llm):
+    prompt = random_prompt(21, seed=7)
+    first_out = llm.generate([prompt], GREEDY, use_tqdm=False)
+    assert llm.reset_prefix_cache()
+    prefill_before = llm.num_prefill_tokens
+    assert llm.generate([prompt], GREEDY, use_tqdm=False) == first_out
+    assert llm.num_prefill_tokens - prefill_before == 21  # nothing came from the cache
+
+    manager = BlockManager(num_blocks=4, block_size=4)
+    seq = make_seq(list(range(8)))
+    manager.allocate(seq)
+    compute(manager, seq)
+    assert not manager.reset_prefix_cache() and manager.hash_to_block_id  # a sequence holds blocks
+    manager.free(seq)
+    assert manager.reset_prefix_cache() and not manager.hash_to_block_id
+    again = make_seq(list(range(8)))
+    assert manager.can_allocate(again)
+    manager.allocate(again)
+    assert again.computed_len == 0  # no hit
