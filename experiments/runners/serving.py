@@ -9,8 +9,9 @@ prefix cache. A latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
-import asyncio
 import math
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
-from experiments.runners.serving_client import arrival_gaps, send_at_rate, served_model  # noqa: E402
+from experiments.runners.serving_client import arrival_gaps, load_at_rate, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
 
@@ -69,11 +70,12 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             url = serving.url.rstrip("/")
             model = served_model(url)
             server = nullcontext(url)
-        with server as url:
+        load = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        with server as url, load:
             for index, rate in enumerate(rates):
                 prompts, params = run.requests(index)
                 gaps = arrival_gaps(len(prompts), rate, serving.burstiness, job.workload.seed + index)
-                timings, duration_s = asyncio.run(send_at_rate(url, model, prompts, params, gaps))
+                timings, duration_s = load.submit(load_at_rate, url, model, prompts, params, gaps).result()
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),

@@ -1,5 +1,7 @@
 """The serving benchmark's load: requests sent to an OpenAI server's /v1/completions at arrival times drawn
-from a gamma process (burstiness 1: Poisson) of the given rate, each streamed and timed."""
+from a gamma process (burstiness 1: Poisson) of the given rate, each streamed and timed. The load runs in a
+process of its own (`load_at_rate`): parsing every streamed chunk would otherwise compete for the
+interpreter with the server it measures, when that server runs in the job's process."""
 
 from __future__ import annotations
 
@@ -71,3 +73,10 @@ async def send_at_rate(
             tasks.append(asyncio.create_task(timed_request(client, url, model, prompt, request_params)))
         timings = await asyncio.gather(*tasks)
         return list(timings), time.perf_counter() - start
+
+
+def load_at_rate(
+    url: str, model: str, prompts: list[list[int]], params: list[SamplingParams], gaps: list[float]
+) -> tuple[list[RequestTiming], float]:
+    """`send_at_rate` run to its end, in the process that calls it (the load's own)."""
+    return asyncio.run(send_at_rate(url, model, prompts, params, gaps))

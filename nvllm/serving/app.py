@@ -5,7 +5,6 @@ shape and leave the engine serving; a client that leaves has its request aborted
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from contextlib import asynccontextmanager
@@ -16,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 
 from nvllm.serving.async_engine import AsyncEngine, ServedRequest
 from nvllm.serving.metrics import ServerMetrics
+from nvllm.serving.request_guard import RequestGuard, error
 from nvllm.serving.request_mapping import Endpoint, sampling_params
 from nvllm.serving.responses import envelope, error_body, sse, usage
 from nvllm.serving.streamed_choices import ChoiceAccumulator
@@ -29,10 +29,6 @@ class RequestError(Exception):
     def __init__(self, message: str, status: int = 400):
         super().__init__(message)
         self.status = status
-
-
-def error(message: str, status: int) -> JSONResponse:
-    return JSONResponse(error_body(message, status), status_code=status)
 
 
 def build_app(
@@ -55,16 +51,7 @@ def build_app(
     tokenizer = engine.engine.tokenizer
     max_model_len = engine.engine.config.scheduler.max_model_len
 
-    @app.middleware("http")
-    async def guard(raw: Request, call_next):
-        if api_key is not None and raw.url.path.startswith("/v1"):
-            given = raw.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return error("missing or wrong API key (Authorization: Bearer <key>)", 401)
-        length = raw.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return error(f"request body of {length} bytes exceeds the limit of {max_body_bytes}", 413)
-        return await call_next(raw)
+    app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(RequestError)
     async def request_error(raw: Request, exc: RequestError) -> JSONResponse:

@@ -45,11 +45,19 @@ class ServedRequest:
 
     async def deltas(self) -> AsyncIterator[CompletionOutput]:
         """Each sample's new tokens and text as they reach the host (`CompletionOutput.index`: the sample);
-        the deltas of a sample add up to its `generate` output. Raises what failed its step."""
-        while (item := await self.outputs.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        the deltas of a sample add up to its `generate` output. Raises what failed its step. A reader that
+        fell behind gets what queued up meanwhile as one delta per sample: each token leaves as soon as it
+        can, and a loaded server spends its time on tokens, not on chunks."""
+        while True:
+            items = [await self.outputs.get()]
+            while not self.outputs.empty():
+                items.append(self.outputs.get_nowait())
+            for item in merged_deltas(items):
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
 
     @property
     def is_finished(self) -> bool:
@@ -191,18 +199,63 @@ class AsyncEngine:
                 request.put(error)
                 self._end(request)
             return
+        # one hand-over per event loop and step: waking a loop costs a system call
+        handed: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
         for request in list(self._active.values()):
-            for cursor in request.cursors:
-                if (delta := cursor.delta()) is not None:
-                    request.put(delta)
+            items = handed.setdefault(request.loop, [])
+            items.extend(
+                (request.outputs, delta)
+                for cursor in request.cursors
+                if (delta := cursor.delta()) is not None
+            )
             if request.is_finished:
-                self._end(request)
+                self._end(request, items)
+        for loop, items in handed.items():
+            if items and not loop.is_closed():
+                loop.call_soon_threadsafe(_put_all, items)
 
-    def _end(self, request: ServedRequest) -> None:
+    def _end(self, request: ServedRequest, handed: list[tuple[asyncio.Queue, object]] | None = None) -> None:
+        """The request's stream ends (after the items of `handed`, when its step hands them over)."""
         self._active.pop(request.request_id, None)
-        request.put(_END)
+        if handed is None:
+            request.put(_END)
+        else:
+            handed.append((request.outputs, _END))
         if self.on_finished is not None:
             self.on_finished(request)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, object]]) -> None:
+    for outputs, item in items:
+        outputs.put_nowait(item)
+
+
+def merged_deltas(items: list[object]) -> list[object]:
+    """`items` with each run of deltas of one sample (no other item of that sample between) as one delta:
+    texts, tokens and log-probabilities joined, the last one's finish and stop reasons."""
+    merged: list[object] = []
+    latest: dict[int, int] = {}  # sample -> where its open delta is in `merged`
+    for item in items:
+        if not isinstance(item, CompletionOutput):
+            latest.clear()
+            merged.append(item)
+            continue
+        at = latest.get(item.index)
+        if at is None or merged[at].finish_reason is not None:
+            latest[item.index] = len(merged)
+            merged.append(item)
+            continue
+        before = merged[at]
+        merged[at] = CompletionOutput(
+            item.index,
+            before.text + item.text,
+            before.token_ids + item.token_ids,
+            item.finish_reason,
+            item.stop_reason,
+            None if before.logprobs is None else before.logprobs + (item.logprobs or []),
+            item.cumulative_logprob,
+        )
+    return merged
 
 
 def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, error: BaseException | None) -> None:

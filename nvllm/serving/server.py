@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +29,15 @@ def make_app(model: str, api_key: str | None = None, **overrides: Any) -> FastAP
     return app_for(LLM(model, **overrides), model, api_key)
 
 
+# How long a thread may hold the interpreter while another waits for it (Python's default: 5 ms). The
+# engine's thread waits for each step's tokens without it, then must get it back from the HTTP loop's thread
+# at once: a step of a small model is a few milliseconds of device time.
+SWITCH_INTERVAL_S = 0.0005
+
+
 def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> FastAPI:
+    """The app serving `llm`; this process's threads then take turns more often (`SWITCH_INTERVAL_S`)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     metrics = ServerMetrics(llm)
     engine = AsyncEngine(llm, on_finished=metrics.request_finished)
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)

@@ -5,8 +5,9 @@ import asyncio
 
 import pytest
 
+from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
-from nvllm.serving.async_engine import ABORTED, AsyncEngine
+from nvllm.serving.async_engine import ABORTED, AsyncEngine, merged_deltas
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -63,3 +64,27 @@ def test_a_bad_request_raises_and_the_engine_serves_on(engine):
 
     expected = engine.engine.generate([random_prompt(8, seed=3)], GREEDY, use_tqdm=False)[0].outputs[0]
     assert asyncio.run(main()) == expected.token_ids
+
+
+def test_a_reader_behind_gets_each_samples_queued_deltas_as_one():
+    """Deltas queued while the reader was busy: joined per sample, up to its finish; other items (the end
+    of the stream, an error) keep their place."""
+    end = object()
+    items = [
+        CompletionOutput(0, "a", [1], logprobs=[{1: -0.5}], cumulative_logprob=-0.5),
+        CompletionOutput(1, "x", [9], logprobs=[{9: -1.0}], cumulative_logprob=-1.0),
+        CompletionOutput(0, "b", [2], "stop", "b", logprobs=[{2: -0.25}], cumulative_logprob=-0.75),
+        CompletionOutput(0, "", [], "abort"),  # after a finish: not joined
+        CompletionOutput(1, "y", [8], logprobs=[{8: -2.0}], cumulative_logprob=-3.0),
+        end,
+        CompletionOutput(1, "z", [7], logprobs=[{7: -1.0}], cumulative_logprob=-4.0),
+    ]
+    assert merged_deltas(items) == [
+        CompletionOutput(
+            0, "ab", [1, 2], "stop", "b", logprobs=[{1: -0.5}, {2: -0.25}], cumulative_logprob=-0.75
+        ),
+        CompletionOutput(1, "xy", [9, 8], logprobs=[{9: -1.0}, {8: -2.0}], cumulative_logprob=-3.0),
+        CompletionOutput(0, "", [], "abort"),
+        end,
+        CompletionOutput(1, "z", [7], logprobs=[{7: -1.0}], cumulative_logprob=-4.0),
+    ]
