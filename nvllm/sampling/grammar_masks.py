@@ -11,7 +11,8 @@ step's forward needs only the device's tokens, so the model runner has launched 
 the tokens, advances the matchers and fills the next mask while that forward runs.
 
 The rows' masks are filled in parallel by llguidance's thread pool, and go to the device packed (a bit a
-token, one thirtieth of the bytes of a boolean mask), to be unpacked there."""
+token, one thirtieth of the bytes of a boolean mask), to be applied there: on CUDA by one kernel
+(`nvllm.ops.grammar_bitmask`), elsewhere unpacked by torch."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ class GrammarMasks:
             self.bitmask = self.bitmask.pin_memory()  # copied to the device without a stop
             self.host_tokens = torch.empty(len(rows), dtype=torch.int64, pin_memory=True)
         self.bits = to_device(BITS, device)
+        self.mask_rows: torch.Tensor | None = None  # see `_mask_rows`
         self.wait_for_device = wait_for_device or torch.cuda.Event.synchronize
         # a step whose tokens are on their way to `host_tokens` (None: none), and the event after their copy
         self.copying_step: int | None = None
@@ -69,12 +71,24 @@ class GrammarMasks:
         # the copy is done before the host writes the bitmask again: the next step's `settle` waits for an
         # event recorded after this step's sampling, which follows this copy on the stream
         words = self.bitmask.to(logits.device, non_blocking=True)
+        if logits.is_cuda:
+            from nvllm.ops.grammar_bitmask import masked_logits
+
+            return masked_logits(logits, words, self._mask_rows(logits.shape[0], logits.device))
         vocab_size = logits.shape[1]
         allowed = ((words.unsqueeze(-1) >> self.bits) & 1).view(len(self.rows), -1)[:, :vocab_size].bool()
         masked = logits.to(torch.float32, copy=True)
         rows = masked[self.device_rows]
         masked[self.device_rows] = rows.masked_fill(~allowed, float("-inf"))
         return masked
+
+    def _mask_rows(self, num_rows: int, device) -> torch.Tensor:
+        """Per row of the logits, its row of the bitmask, or -1 (a free row); made once per batch."""
+        if self.mask_rows is None:
+            mask_rows = torch.full((num_rows,), -1, dtype=torch.int32)
+            mask_rows[self.rows] = torch.arange(len(self.rows), dtype=torch.int32)
+            self.mask_rows = to_device(mask_rows, device)
+        return self.mask_rows
 
     def accept(self, tokens: torch.Tensor, step: int) -> None:
         """Feed each constrained row's token of step `step` to its matcher (a row sitting it out has none):
