@@ -8,8 +8,8 @@ a parameter would make a reference cycle, and the weights would outlive `shutdow
 
 With `quantization="fp8"` a layer holds its weight in float8 with a scale per output channel (the buffer
 `weight_scale`, `nvllm.ops.fp8`). The loader quantizes the whole checkpoint tensor, then takes this rank's
-slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights; its matmuls are
-`nvllm.ops.fp8_linear_ops`'.
+slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights, whose matmuls
+`nvllm.ops.fp8_linear_ops` runs.
 """
 
 from __future__ import annotations

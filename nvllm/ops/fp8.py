@@ -62,3 +62,11 @@ def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> t
     """`x @ (q * scale)ᵀ` on the fp8 tensor cores: x quantized as the weights are, a scale per row (token)."""
     y = scaled_mm_of_quantized(*quantize_tokens(x), q, scale, x.dtype)
     return y.view(*x.shape[:-1], q.shape[0])
+
+
+def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: `torch._scaled_mm` on CUDA, the reference
+    elsewhere."""
+    if x.is_cuda:
+        return scaled_mm_linear(x, q, scale)
+    return fp8_linear_reference(x, q, scale)

@@ -11,38 +11,34 @@ SwiGLU activation before the down projection (traced here, where bf16 weights ha
 kernel of its own after attention. Small batches compute a quantization they do not use, in a kernel that
 was running anyway.
 
-Eager mode computes what it computed before the op existed: the quantization inside, only where
+Eager mode runs `nvllm.ops.linear_ops`' computation for fp8 weights, which quantizes inside, only where
 `torch._scaled_mm` runs.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from nvllm.ops.fp8 import fp8_linear_reference, quantize_tokens, scaled_mm_of_quantized
-from nvllm.ops.linear_ops import add_bias, silu_mul, uses_skinny_matmul
+from nvllm.ops.linear_ops import add_bias, apply_linear, apply_linear_silu_mul, chosen_skinny_config, silu_mul
 
 
-def fp8_matmul_by_batch(
+def fp8_matmul_of_quantized(
     x: torch.Tensor,
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
     weight: torch.Tensor,
     weight_scale: torch.Tensor,
     bias: torch.Tensor | None = None,
-    x_quantized: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """`x @ (weight * weight_scale[:, None])ᵀ + bias` by batch size; `x_quantized` is `quantize_tokens(x)`
-    where the caller has it, else it is computed here if `torch._scaled_mm` needs it."""
-    if uses_skinny_matmul(x):
-        from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+    """`nvllm::scaled_mm`'s computation."""
+    config = chosen_skinny_config(x, weight)
+    if config is not None:
+        from nvllm.ops.skinny_matmul import skinny_matmul
 
-        config = skinny_config(*weight.shape)
-        if config is not None:
-            y = skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale)
-            return add_bias(y, bias)
+        return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
     if not x.is_cuda:
         return add_bias(fp8_linear_reference(x, weight, weight_scale), bias)
-    x_q, x_scale = quantize_tokens(x) if x_quantized is None else x_quantized
     y = scaled_mm_of_quantized(x_q, x_scale, weight, weight_scale, x.dtype)
     return add_bias(y.view(*x.shape[:-1], weight.shape[0]), bias)
 
@@ -59,7 +55,7 @@ def scaled_mm(
     """`x @ (weight * weight_scale[:, None])ᵀ + bias` of an fp8 weight, with `(x_q, x_scale)` =
     `quantize_tokens(x)`: the skinny kernel on x for a CUDA batch of at most 16 rows, `torch._scaled_mm` on
     the quantized x for a larger one, the fp32 reference on x on the CPU."""
-    return fp8_matmul_by_batch(x, weight, weight_scale, bias, (x_q, x_scale))
+    return fp8_matmul_of_quantized(x, x_q, x_scale, weight, weight_scale, bias)
 
 
 @scaled_mm.register_fake
@@ -71,10 +67,10 @@ def apply_fp8_linear(
     x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """What the layers with fp8 weights call: in a compiled graph the traced quantization then
-    `nvllm::scaled_mm`; in eager mode the op's computation, quantizing only for `torch._scaled_mm`."""
+    `nvllm::scaled_mm`; in eager mode `apply_linear`'s computation."""
     if torch.compiler.is_compiling():
         return scaled_mm(x, *quantize_tokens(x), weight, weight_scale, bias)
-    return fp8_matmul_by_batch(x, weight, weight_scale, bias)
+    return apply_linear(x, weight, bias, weight_scale)
 
 
 def apply_fp8_linear_silu_mul(
@@ -82,9 +78,7 @@ def apply_fp8_linear_silu_mul(
 ) -> torch.Tensor:
     """`silu(gate) * up` of an fp8 packed `[gate; up]` weight's matmul. Compiled: traced after
     `nvllm::scaled_mm` (in fp32, rounded once), so inductor fuses it with the down projection's activation
-    quantization; eager: as Hugging Face's Qwen3 computes it (in the activations' dtype)."""
-    gate_up = apply_fp8_linear(x, weight, weight_scale)
+    quantization; eager: `apply_linear_silu_mul`'s computation."""
     if torch.compiler.is_compiling():
-        return silu_mul(gate_up)
-    gate, up = gate_up.chunk(2, -1)
-    return F.silu(gate) * up
+        return silu_mul(apply_fp8_linear(x, weight, weight_scale))
+    return apply_linear_silu_mul(x, weight, weight_scale)

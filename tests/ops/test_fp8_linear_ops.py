@@ -10,7 +10,7 @@ import torch
 
 from nvllm.layers.linear import GateUpSiluParallelLinear, RowParallelLinear
 from nvllm.layers.norm import RMSNorm
-from nvllm.ops import fp8_linear_ops
+from nvllm.ops import fp8, fp8_linear_ops
 from nvllm.ops.fp8 import dequantized, quantize_rows
 from nvllm.ops.fp8_linear_ops import apply_fp8_linear, apply_fp8_linear_silu_mul
 from tests.helpers.engine_utils import random_prompt, tiny_llm
@@ -39,26 +39,34 @@ def mlp_block(hidden: int, intermediate: int):
 def test_inductor_quantizes_the_activations_as_quantize_rows_and_hands_them_to_the_op(monkeypatch):
     block = mlp_block(hidden=64, intermediate=96)
     received = []
-    computation = fp8_linear_ops.fp8_matmul_by_batch
+    computation = fp8_linear_ops.fp8_matmul_of_quantized
 
-    def recording(x, weight, weight_scale, bias=None, x_quantized=None):
-        if x_quantized is not None:  # the op's call, not eager mode's
-            received.append((x.clone(), *(t.clone() for t in x_quantized)))
-        return computation(x, weight, weight_scale, bias, x_quantized)
+    def recording(x, x_q, x_scale, weight, weight_scale, bias=None):
+        received.append((x.clone(), x_q.clone(), x_scale.clone()))
+        return computation(x, x_q, x_scale, weight, weight_scale, bias)
 
-    monkeypatch.setattr(fp8_linear_ops, "fp8_matmul_by_batch", recording)
+    monkeypatch.setattr(fp8_linear_ops, "fp8_matmul_of_quantized", recording)
+    quantizations_at_run_time = []
+
+    def counted_quantize_rows(matrix):
+        if not torch.compiler.is_compiling():  # a Python call at run time, not inductor's generated code
+            quantizations_at_run_time.append(matrix.shape)
+        return quantize_rows(matrix)
+
+    monkeypatch.setattr(fp8, "quantize_rows", counted_quantize_rows)
     # rows of very different magnitudes: each gets its own scale
     x = torch.randn(6, 64) * torch.logspace(-2, 2, 6)[:, None]
     residual = torch.randn(6, 64)
     torch._dynamo.reset()
-    compiled = torch.compile(block, fullgraph=True, dynamic=True)(x, residual)
+    ours = torch.compile(block, fullgraph=True, dynamic=True)(x, residual)
+    assert not quantizations_at_run_time
     assert len(received) == 2  # the gate/up and the down projections
     for activations, x_q, x_scale in received:
         expected_q, expected_scale = quantize_rows(activations)
         assert torch.equal(x_scale, expected_scale)
         assert torch.equal(x_q.view(torch.uint8), expected_q.view(torch.uint8))
-    eager = block(x, residual)
-    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    monkeypatch.undo()
+    torch.testing.assert_close(ours, block(x, residual), rtol=1e-5, atol=1e-5)
 
 
 def test_the_fp8_block_leaves_the_norm_the_activation_and_the_quantization_to_inductor():
