@@ -1,10 +1,11 @@
 """FP8 weights (`model.quantization=fp8`): a matrix stored in float8 e4m3, each output channel (row) with its
 own fp32 scale, so that `W ≈ q * scale[:, None]`.
 
-The layers quantize their weights as they load (`nvllm.layers.linear`); `nvllm.ops.fp8_linear_ops` picks the
-kernel by batch size. A row's scale is its largest magnitude over e4m3's largest finite value (448), so each
-row uses the whole range of the format. A scale belongs to an output channel, so it comes out of the dot
-product, `x @ Wᵀ = (x @ qᵀ) * scale`: the matmul reads the weight in fp8 and scales its result.
+The layers quantize their weights as they load (`nvllm.layers.linear`); `nvllm.ops.fp8_linear_ops`
+(compiled) and `nvllm.ops.linear_ops` (eager) pick the kernel by batch size. A row's scale is its largest
+magnitude over e4m3's largest finite value (448), so each row uses the whole range of the format. A scale
+belongs to an output channel, so it comes out of the dot product, `x @ Wᵀ = (x @ qᵀ) * scale`: the matmul
+reads the weight in fp8 and scales its result.
 
 - **A batch of at most 16 rows on CUDA (decode)** runs the skinny Triton kernel. It converts the fp8 weight
   to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.

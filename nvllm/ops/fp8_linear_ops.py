@@ -8,8 +8,8 @@ quantization is not inside the op because there it ran as half a dozen eager ker
 reading the activations again; traced ahead of the op, inductor fuses it into the kernel that produces the
 activations: the RMSNorm before the q/k/v and gate/up projections (`RMSNorm(fuse_in_graph=True)`), the
 SwiGLU activation before the down projection (traced here, where bf16 weights have it inside an op), a
-kernel of its own after attention. Small batches compute a quantization they do not use, in a kernel that
-was running anyway.
+kernel of its own after attention. Small batches compute a quantization they do not use: in kernels that
+run anyway, but for that one after attention.
 
 Eager mode runs `nvllm.ops.linear_ops`' computation for fp8 weights, which quantizes inside, only where
 `torch._scaled_mm` runs.
