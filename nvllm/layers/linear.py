@@ -8,7 +8,8 @@ a parameter would make a reference cycle, and the weights would outlive `shutdow
 
 With `quantization="fp8"` a layer holds its weight in float8 with a scale per output channel (the buffer
 `weight_scale`, `nvllm.ops.fp8`). The loader quantizes the whole checkpoint tensor, then takes this rank's
-slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights.
+slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights, whose matmuls
+`nvllm.ops.fp8_linear_ops` runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import nn
 from nvllm.config import QUANTIZATIONS
 from nvllm.distributed.group import all_reduce, tp_rank, tp_size
 from nvllm.ops.fp8 import FP8, quantize_rows
+from nvllm.ops.fp8_linear_ops import apply_fp8_linear, apply_fp8_linear_silu_mul
 from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
 
 
@@ -56,6 +58,12 @@ class _Linear(nn.Module):
         else:  # split by input columns: every rank has every output channel
             self.weight_scale.copy_(scale)
 
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """`x Wᵀ + bias` with this rank's weight, fp8 or not."""
+        if self.weight_scale is None:
+            return apply_linear(x, self.weight, bias)
+        return apply_fp8_linear(x, self.weight, self.weight_scale, bias)
+
 
 class ColumnParallelLinear(_Linear):
     """y = x Wᵀ with W split by output rows: each rank produces its slice of y."""
@@ -71,7 +79,7 @@ class ColumnParallelLinear(_Linear):
         self.load_slice(param, full, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return apply_linear(x, self.weight, self.bias, self.weight_scale)
+        return self.matmul(x, self.bias)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -97,7 +105,9 @@ class GateUpSiluParallelLinear(MergedColumnParallelLinear):
         super().__init__(input_size, [intermediate_size] * 2, quantization=quantization)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return apply_linear_silu_mul(x, self.weight, self.weight_scale)
+        if self.weight_scale is None:
+            return apply_linear_silu_mul(x, self.weight)
+        return apply_fp8_linear_silu_mul(x, self.weight, self.weight_scale)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -141,5 +151,5 @@ class RowParallelLinear(_Linear):
             self.load_slice(param, full, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(apply_linear(x, self.weight, weight_scale=self.weight_scale))
+        y = all_reduce(self.matmul(x))
         return y + self.bias if self.bias is not None else y

@@ -6,16 +6,19 @@ from nvllm.ops.norm_ops import add_rms_norm, add_rms_norm_reference, rms_norm
 
 class RMSNorm(nn.Module):
     """RMSNorm computed in fp32; given a residual, adds it first and returns the new residual too: one
-    kernel, `nvllm::add_rms_norm`, in a compiled graph."""
+    kernel, `nvllm::add_rms_norm`, in a compiled graph. `fuse_in_graph=True` leaves the add and the norm to
+    inductor instead, which then fuses what follows into the same kernel: the activation quantization of fp8
+    matmuls (`nvllm.ops.fp8_linear_ops`)."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6):
+    def __init__(self, hidden_size: int, eps: float = 1e-6, fuse_in_graph: bool = False):
         super().__init__()
         self.eps = eps
+        self.fuse_in_graph = fuse_in_graph
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         if residual is None:
             return rms_norm(x, self.weight, self.eps)
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and not self.fuse_in_graph:
             return add_rms_norm(x, residual, self.weight, self.eps)
         return add_rms_norm_reference(x, residual, self.weight, self.eps)

@@ -91,8 +91,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = DecoderAttention(config, shape)
         self.mlp = mlp
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # fp8 matmuls quantize their activations: the norms before them leave that to inductor to fuse
+        fuse_norms = config.quantization == "fp8"
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fuse_norms)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fuse_norms)
 
     def forward(self, positions, hidden_states, residual, meta: AttentionMetadata):
         hidden_states, residual = self.input_layernorm(hidden_states, residual)

@@ -1,15 +1,17 @@
 """FP8 weights (`model.quantization=fp8`): a matrix stored in float8 e4m3, each output channel (row) with its
 own fp32 scale, so that `W ≈ q * scale[:, None]`.
 
-The layers quantize their weights as they load (`nvllm.layers.linear`); `nvllm.ops.linear_ops` picks the
-kernel by batch size. A row's scale is its largest magnitude over e4m3's largest finite value (448), so each
-row uses the whole range of the format. A scale belongs to an output channel, so it comes out of the dot
-product, `x @ Wᵀ = (x @ qᵀ) * scale`: the matmul reads the weight in fp8 and scales its result.
+The layers quantize their weights as they load (`nvllm.layers.linear`); `nvllm.ops.fp8_linear_ops`
+(compiled) and `nvllm.ops.linear_ops` (eager) pick the kernel by batch size. A row's scale is its largest
+magnitude over e4m3's largest finite value (448), so each row uses the whole range of the format. A scale
+belongs to an output channel, so it comes out of the dot product, `x @ Wᵀ = (x @ qᵀ) * scale`: the matmul
+reads the weight in fp8 and scales its result.
 
 - **A batch of at most 16 rows on CUDA (decode)** runs the skinny Triton kernel. It converts the fp8 weight
   to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.
-- **A larger batch on CUDA** quantizes the activations too, a scale per token, and runs `torch._scaled_mm`
-  on the fp8 tensor cores.
+- **A larger batch on CUDA** quantizes the activations too, a scale per token (`quantize_tokens`), and runs
+  `torch._scaled_mm` on the fp8 tensor cores. In a compiled graph the quantization is traced code ahead of
+  the matmul op, which inductor fuses into the kernel that produced the activations.
 - **On the CPU** the weight is converted and the scale applied after the matmul, as the small-batch kernel
   does.
 """
@@ -43,10 +45,23 @@ def fp8_linear_reference(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) 
     return (F.linear(x.float(), q.float()) * scale).to(x.dtype)
 
 
+def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activations `[..., width]` quantized as the weights are, a scale per token: `quantize_rows` of the
+    `[tokens, width]` matrix. Compiled graphs trace it, so that inductor fuses it into x's producer."""
+    return quantize_rows(x.reshape(-1, x.shape[-1]))
+
+
+def scaled_mm_of_quantized(
+    x_q: torch.Tensor, x_scale: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """`(x_q * x_scale) @ (q * scale)ᵀ` `[tokens, out]` on the fp8 tensor cores, for `quantize_tokens`'s
+    `(x_q, x_scale)`."""
+    return torch._scaled_mm(x_q, q.t(), scale_a=x_scale[:, None], scale_b=scale[None, :], out_dtype=out_dtype)
+
+
 def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """`x @ (q * scale)ᵀ` on the fp8 tensor cores: x quantized as the weights are, a scale per row (token)."""
-    x_q, x_scale = quantize_rows(x.reshape(-1, x.shape[-1]))
-    y = torch._scaled_mm(x_q, q.t(), scale_a=x_scale[:, None], scale_b=scale[None, :], out_dtype=x.dtype)
+    y = scaled_mm_of_quantized(*quantize_tokens(x), q, scale, x.dtype)
     return y.view(*x.shape[:-1], q.shape[0])
 
 

@@ -11,7 +11,8 @@ the activation in its epilogue, which also writes half the output).
 
 Both take an fp8 weight with its scales too (`weight_scale`, `model.quantization=fp8`; `nvllm.ops.fp8`): small
 CUDA batches then run the skinny kernel on the fp8 weight, larger ones `torch._scaled_mm`, the CPU the fp32
-reference.
+reference. That is what fp8 layers run in eager mode; compiled graphs take `nvllm::scaled_mm` instead
+(`nvllm.ops.fp8_linear_ops`), whose activations come quantized by code that inductor fuses.
 
 Layers call `apply_linear` and `apply_linear_silu_mul`, which take the ops only inside a compiled graph (see
 there).
@@ -32,6 +33,16 @@ def uses_skinny_matmul(x: torch.Tensor) -> bool:
     return x.is_cuda and small_batch and x.dtype in (torch.bfloat16, torch.float16)
 
 
+def chosen_skinny_config(x: torch.Tensor, weight: torch.Tensor, gated: bool = False):
+    """The skinny kernel's configuration where it takes `x @ weight.T` (a small CUDA batch, a weight shape
+    its tables do not leave to cuBLAS), else None."""
+    if not uses_skinny_matmul(x):
+        return None
+    from nvllm.ops.skinny_matmul import skinny_config
+
+    return skinny_config(*weight.shape, gated=gated)
+
+
 def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """A kernel's fresh output plus the layer's bias (Qwen2's q/k/v, Llama's where `attention_bias`)."""
     return y if bias is None else y.add_(bias)
@@ -44,12 +55,11 @@ def matmul_by_batch(
     weight_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`nvllm::linear`'s computation, which fp8 weights take in eager mode too."""
-    if uses_skinny_matmul(x):
-        from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+    config = chosen_skinny_config(x, weight)
+    if config is not None:
+        from nvllm.ops.skinny_matmul import skinny_matmul
 
-        config = skinny_config(*weight.shape)
-        if config is not None:
-            return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
+        return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
     if weight_scale is not None:
         return add_bias(fp8_matmul(x, weight, weight_scale), bias)
     return F.linear(x, weight, bias)
@@ -103,12 +113,11 @@ def linear_silu_mul(
     output rounded to its dtype first as an unfused matmul's is. On CUDA a batch of at most 16 rows runs the
     skinny kernel with the activation in its epilogue; a larger one cuBLAS (`torch._scaled_mm` for an fp8
     weight with its `weight_scale`), then a Triton kernel for the activation."""
-    if uses_skinny_matmul(x):
-        from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+    config = chosen_skinny_config(x, weight, gated=True)
+    if config is not None:
+        from nvllm.ops.skinny_matmul import skinny_matmul
 
-        config = skinny_config(*weight.shape, gated=True)
-        if config is not None:
-            return skinny_matmul(x.contiguous(), weight, config, gated=True, weight_scale=weight_scale)
+        return skinny_matmul(x.contiguous(), weight, config, gated=True, weight_scale=weight_scale)
     gate_up = F.linear(x, weight) if weight_scale is None else fp8_matmul(x, weight, weight_scale)
     if gate_up.is_cuda:
         from nvllm.ops.silu_and_mul import silu_and_mul

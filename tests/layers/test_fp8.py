@@ -10,7 +10,7 @@ from transformers import Qwen3ForCausalLM
 
 from nvllm import LLM
 from nvllm.ops.fp8 import FP8, FP8_MAX, dequantized, quantize_rows
-from nvllm.ops.linear_ops import apply_linear, apply_linear_silu_mul
+from nvllm.ops.fp8_linear_ops import apply_fp8_linear, apply_fp8_linear_silu_mul
 from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
 from tests.helpers.parallel_oracle import prefill_logits, relative_error
 
@@ -61,7 +61,7 @@ def test_tp2_computes_what_tp1_does_with_fp8_weights():
         torch.testing.assert_close(prefill_logits(llm, prompts), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_compiled_graphs_take_the_ops_with_the_scales():
+def test_compiled_graphs_take_the_fp8_op_with_the_scales():
     torch.manual_seed(0)
     q, scale = quantize_rows(torch.randn(32, 16))
     gate_up_q, gate_up_scale = quantize_rows(torch.randn(64, 16))
@@ -73,10 +73,11 @@ def test_compiled_graphs_take_the_ops_with_the_scales():
         return graph_module.forward
 
     def layer(x):
-        return apply_linear(x, q, weight_scale=scale), apply_linear_silu_mul(x, gate_up_q, gate_up_scale)
+        return apply_fp8_linear(x, q, scale), apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale)
 
     compiled = torch.compile(layer, backend=record_ops, fullgraph=True)(x)
-    assert {torch.ops.nvllm.linear.default, torch.ops.nvllm.linear_silu_mul.default} <= set(ops_in_graph)
+    assert ops_in_graph.count(torch.ops.nvllm.scaled_mm.default) == 2
+    assert not {torch.ops.nvllm.linear.default, torch.ops.nvllm.linear_silu_mul.default} & set(ops_in_graph)
     eager = layer(x)
     assert all(torch.equal(a, b) for a, b in zip(compiled, eager))
     torch.testing.assert_close(eager[0], x @ dequantized(q, scale, torch.float32).T, atol=1e-5, rtol=1e-5)
@@ -113,7 +114,9 @@ def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
     """Up to 16 rows: the skinny kernel, whose only rounding is the weight's and the output's. More:
     `torch._scaled_mm`, which rounds the activations to e4m3 too (3 mantissa bits), an error of about
     2^-4 / sqrt(3) of each product, averaged over the dot product."""
-    from nvllm.ops.linear_ops import linear, linear_silu_mul
+    from nvllm.ops.fp8 import quantize_tokens
+    from nvllm.ops.fp8_linear_ops import scaled_mm
+    from nvllm.ops.linear_ops import silu_mul
 
     torch.manual_seed(0)
     q, scale = quantize_rows(torch.randn(2 * 1536 if gated else 1024, 2048, device="cuda"))
@@ -123,10 +126,10 @@ def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
         gate, up = product.chunk(2, -1)
         gate, up = gate.bfloat16().float(), up.bfloat16().float()  # as an unfused matmul rounds its output
         exact = torch.nn.functional.silu(gate) * up
-        ours = linear_silu_mul(x, q, scale).float()
+        ours = silu_mul(scaled_mm(x, *quantize_tokens(x), q, scale)).float()  # as compiled graphs run it
     else:
         exact = product
-        ours = linear(x, q, weight_scale=scale).float()
+        ours = scaled_mm(x, *quantize_tokens(x), q, scale).float()
     relative = ((ours - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
     assert relative < (2**-7 if rows <= 16 else 2**-4), relative
 

@@ -1,0 +1,84 @@
+"""`nvllm::scaled_mm`: the matmuls of fp8 weights (`model.quantization=fp8`, `nvllm.ops.fp8`), as a custom op
+that picks its kernel by batch size at run time, like `nvllm::linear` does for bf16 weights.
+
+The op takes the activations twice: as they are (`x`) and quantized a scale per token (`x_q`, `x_scale`,
+`nvllm.ops.fp8.quantize_tokens`). A CUDA batch of at most 16 rows runs the skinny Triton kernel on `x` and
+the fp8 weight; a larger one `torch._scaled_mm` on `(x_q, x_scale)`; the CPU the fp32 reference on `x`. The
+quantization is not inside the op because there it ran as half a dozen eager kernels per matmul, each
+reading the activations again; traced ahead of the op, inductor fuses it into the kernel that produces the
+activations: the RMSNorm before the q/k/v and gate/up projections (`RMSNorm(fuse_in_graph=True)`), the
+SwiGLU activation before the down projection (traced here, where bf16 weights have it inside an op), a
+kernel of its own after attention. Small batches compute a quantization they do not use: in kernels that
+run anyway, but for that one after attention.
+
+Eager mode runs `nvllm.ops.linear_ops`' computation for fp8 weights, which quantizes inside, only where
+`torch._scaled_mm` runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nvllm.ops.fp8 import fp8_linear_reference, quantize_tokens, scaled_mm_of_quantized
+from nvllm.ops.linear_ops import add_bias, apply_linear, apply_linear_silu_mul, chosen_skinny_config, silu_mul
+
+
+def fp8_matmul_of_quantized(
+    x: torch.Tensor,
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`nvllm::scaled_mm`'s computation."""
+    config = chosen_skinny_config(x, weight)
+    if config is not None:
+        from nvllm.ops.skinny_matmul import skinny_matmul
+
+        return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
+    if not x.is_cuda:
+        return add_bias(fp8_linear_reference(x, weight, weight_scale), bias)
+    y = scaled_mm_of_quantized(x_q, x_scale, weight, weight_scale, x.dtype)
+    return add_bias(y.view(*x.shape[:-1], weight.shape[0]), bias)
+
+
+@torch.library.custom_op("nvllm::scaled_mm", mutates_args=())
+def scaled_mm(
+    x: torch.Tensor,
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`x @ (weight * weight_scale[:, None])ᵀ + bias` of an fp8 weight, with `(x_q, x_scale)` =
+    `quantize_tokens(x)`: the skinny kernel on x for a CUDA batch of at most 16 rows, `torch._scaled_mm` on
+    the quantized x for a larger one, the fp32 reference on x on the CPU."""
+    return fp8_matmul_of_quantized(x, x_q, x_scale, weight, weight_scale, bias)
+
+
+@scaled_mm.register_fake
+def _(x, x_q, x_scale, weight, weight_scale, bias=None):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def apply_fp8_linear(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """What the layers with fp8 weights call: in a compiled graph the traced quantization then
+    `nvllm::scaled_mm`; in eager mode `apply_linear`'s computation."""
+    if torch.compiler.is_compiling():
+        return scaled_mm(x, *quantize_tokens(x), weight, weight_scale, bias)
+    return apply_linear(x, weight, bias, weight_scale)
+
+
+def apply_fp8_linear_silu_mul(
+    x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
+) -> torch.Tensor:
+    """`silu(gate) * up` of an fp8 packed `[gate; up]` weight's matmul. Compiled: traced after
+    `nvllm::scaled_mm` (in fp32, rounded once), so inductor fuses it with the down projection's activation
+    quantization; eager: `apply_linear_silu_mul`'s computation."""
+    if torch.compiler.is_compiling():
+        return silu_mul(apply_fp8_linear(x, weight, weight_scale))
+    return apply_linear_silu_mul(x, weight, weight_scale)
