@@ -65,6 +65,8 @@ def serving_metrics(
         "request_throughput": len(done) / duration_s,
         "output_tok_per_s": output_tokens / duration_s,
         "goodput": len(good) / duration_s,
+        # 1 while every token leaves in its own chunk; more where chunks carry several (a reader behind)
+        "tokens_per_chunk": output_tokens / max(1, sum(len(t.chunk_times) for t in done)),
         **summary_ms("ttft", [t.ttft for t in done]),
         **summary_ms("tpot", tpots),
         **summary_ms("itl", [itl for t in done for itl in t.itls]),

@@ -29,6 +29,9 @@ def test_percentiles_and_goodput_from_hand_computed_timestamps():
     assert metrics["output_tokens"] == 6 and metrics["output_tok_per_s"] == pytest.approx(3.0)
     assert metrics["request_throughput"] == pytest.approx(1.5)
     assert metrics["goodput"] == pytest.approx(1.0)  # the second misses the TTFT SLO
+    assert metrics["tokens_per_chunk"] == pytest.approx(1.0)  # 6 tokens in 6 chunks
+    joined = [RequestTiming(sent=0.0, chunk_times=[0.1, 0.2], output_tokens=5)]
+    assert serving_metrics(joined, 1.0, 200, 200)["tokens_per_chunk"] == pytest.approx(2.5)
     # numpy's linear interpolation over the sorted values: p90 of [50, 100, 300] = 100 + 0.8 * 200
     expected = {
         "ttft": (150, 100, 260, 296),
