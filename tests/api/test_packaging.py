@@ -60,14 +60,24 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
     assert installed.returncode == 0, installed.stderr[-2000:]
     on_path = {"PYTHONPATH": str(target)}
 
-    def run(*args: str, **env: str) -> str:
+    def start(*args: str, **env: str) -> subprocess.Popen:
         environment = {**QUIET, **on_path, **env}
-        done = subprocess.run(
-            [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, env=environment
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
 
+    def output_of(process: subprocess.Popen) -> str:
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stderr[-3000:]
+        return stdout
+
+    # the commands are independent of one another: started together, they overlap their interpreters'
+    # start-up (torch's, Hydra's) on the machine's cores
     api = (
         "import nvllm, experiments\n"
         "from nvllm import LLM, SamplingParams\n"
@@ -76,18 +86,23 @@ def test_an_installed_wheel_serves_the_api_and_the_run_command(tmp_path):
         "with LLM(model='tiny', model__vocab_size=4096) as llm:\n"
         "    print(llm.generate([[1, 2, 3]], SamplingParams(max_tokens=3), use_tqdm=False)[0]['token_ids'])"
     )
-    assert len(eval(run("-c", api).splitlines()[-1])) == 3
+    api_run = start("-c", api)
     # the console script as pip wrote it, run by this interpreter: the default experiment, and Hydra's shell
     # completion through it
     nvllm = str(target / "bin" / "nvllm")
     overrides = ["model=tiny", "workload.num_seqs=1", "workload.output_len=2"]
-    output = run(nvllm, "run", *overrides, f"hydra.run.dir={tmp_path / 'run'}")
-    assert "Throughput: 2 tokens" in output and (tmp_path / "run" / "results.json").is_file()
-    completions = run(nvllm, "-sc", "query=bash", COMP_LINE="nvllm run model=tiny cache.bl").split()
-    assert completions == ["cache.block_size="]
-    assert run(nvllm, "-sc", "query=bash", COMP_LINE="nvllm su").split() == ["summarize"]
+    default_run = start(nvllm, "run", *overrides, f"hydra.run.dir={tmp_path / 'run'}")
+    key_completion = start(nvllm, "-sc", "query=bash", COMP_LINE="nvllm run model=tiny cache.bl")
+    command_completion = start(nvllm, "-sc", "query=bash", COMP_LINE="nvllm su")
     # `python -m nvllm.run --help`: the experiments, groups with their options, the most used keys
-    page = run("-m", "nvllm.run", "+experiment=bench", "--help")
+    help_page = start("-m", "nvllm.run", "+experiment=bench", "--help")
+
+    assert len(eval(output_of(api_run).splitlines()[-1])) == 3
+    output = output_of(default_run)
+    assert "Throughput: 2 tokens" in output and (tmp_path / "run" / "results.json").is_file()
+    assert output_of(key_completion).split() == ["cache.block_size="]
+    assert output_of(command_completion).split() == ["summarize"]
+    page = output_of(help_page)
     assert "  latency " in page and "[qwen3-0.6b] qwen3-1.7b" in page and "schema" not in page
     assert "lengths_from_file" in page and "workload.repeats " in page
     assert "workload.num_seqs                 requests per repeat [256]" in page  # bench's value

@@ -11,7 +11,7 @@ import pytest
 
 from nvllm import LLM, SamplingParams
 from nvllm.sampling_params import StructuredOutputsParams
-from tests.helpers.engine_utils import random_prompt
+from tests.helpers.engine_utils import SMALL_CPU_KV_CACHE, random_prompt
 
 SCHEMA = {
     "type": "object",
@@ -27,7 +27,7 @@ REGEX = r"[0-9]{3}-[a-z]{2,4}"
 CHOICES = ["yes", "no", 'maybe "so"']
 GRAMMAR = 'start: greeting " " NAME\ngreeting: "hi" | "hello"\nNAME: /[A-Z][a-z]{1,5}/'
 PROMPTS = [random_prompt(12, seed) for seed in range(4)]
-SETTINGS = dict(enforce_eager=True, kvcache_block_size=16, num_decode_steps=8)
+SETTINGS = dict(enforce_eager=True, kvcache_block_size=16, num_decode_steps=8, **SMALL_CPU_KV_CACHE)
 
 
 def sampled(constraint, seed: int = 0, **fields) -> SamplingParams:

@@ -16,6 +16,15 @@ from pathlib import Path
 from tests.helpers.experiment_utils import TINY
 
 LONG_WORKLOAD = ["workload.num_seqs=2", "workload.input_len=16", "workload.output_len=1500"]
+# repeats of a fixed length, each long enough for the interrupt to land in the second: the first must finish
+# before the interrupt is sent, so its length is what the test waits for
+FIXED_LENGTH_REPEATS = [
+    "workload.num_seqs=2",
+    "workload.input_len=16",
+    "workload.output_len=400",
+    "workload.min_output_len=400",
+    "workload.repeats=3",
+]
 
 
 def interrupt_when(log: Path, text: str, process: subprocess.Popen, timeout_s: float = 240.0) -> None:
@@ -34,7 +43,6 @@ def run_and_interrupt(tmp_path: Path, overrides: list[str], when: str) -> tuple[
         "nvllm",
         "run",
         *TINY,
-        *LONG_WORKLOAD,
         *overrides,
         f"hydra.run.dir={run_dir}",
     ]
@@ -44,7 +52,9 @@ def run_and_interrupt(tmp_path: Path, overrides: list[str], when: str) -> tuple[
     rows_columns = struct.pack("HHHH", 24, 200, 0, 0)  # a new terminal has 0 columns: no room for a bar
     fcntl.ioctl(terminal_device, termios.TIOCSWINSZ, rows_columns)
     with open(log, "a") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=terminal_device)
+        process = subprocess.Popen(
+            command, env=env, stdout=output, stderr=terminal_device, preexec_fn=default_ctrl_c
+        )
         os.close(terminal_device)
         copier = threading.Thread(target=copy_until_closed, args=(terminal, log))
         copier.start()
@@ -52,6 +62,12 @@ def run_and_interrupt(tmp_path: Path, overrides: list[str], when: str) -> tuple[
         returncode = process.wait(timeout=120)
         copier.join(timeout=60)
     return returncode, log.read_text(errors="replace"), run_dir
+
+
+def default_ctrl_c() -> None:
+    """In the child: SIGINT raises KeyboardInterrupt even where pytest runs as a shell's background job,
+    which starts with SIGINT ignored and hands that on to its children (Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def copy_until_closed(terminal: int, log: Path) -> None:
@@ -69,7 +85,9 @@ def copy_until_closed(terminal: int, log: Path) -> None:
 
 
 def test_ctrl_c_in_the_first_repeat_ends_with_one_line(tmp_path):
-    returncode, output, run_dir = run_and_interrupt(tmp_path, ["+experiment=bench"], when="Generating:")
+    returncode, output, run_dir = run_and_interrupt(
+        tmp_path, ["+experiment=bench", *LONG_WORKLOAD], when="Generating:"
+    )
     assert returncode == 130 and "Traceback" not in output
     assert output.rstrip().splitlines()[-1] == (
         f"Interrupted (Ctrl-C) before a repeat finished: no results in {run_dir}"
@@ -77,7 +95,7 @@ def test_ctrl_c_in_the_first_repeat_ends_with_one_line(tmp_path):
 
 
 def test_ctrl_c_after_a_repeat_records_the_repeats_finished(tmp_path):
-    overrides = ["+experiment=bench", "workload.repeats=3"]
+    overrides = ["+experiment=bench", *FIXED_LENGTH_REPEATS]
     returncode, output, run_dir = run_and_interrupt(tmp_path, overrides, when="Repeat 1/3:")
     assert returncode == 0 and "Traceback" not in output
     assert "Interrupted (Ctrl-C) in repeat 2/3: recording the 1 finished" in output

@@ -9,7 +9,7 @@ from pathlib import Path
 from nvllm import LLM, SamplingParams
 from nvllm.batch import Replica
 from nvllm.engine.config_resolution import engine_config
-from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt
+from tests.helpers.engine_utils import SMALL_CPU_KV_CACHE, TINY_VOCAB_SIZE, random_prompt
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 CRASH_MARKER_ENV = "NVLLM_TEST_CRASH_MARKER"  # set before ray.init: the actors inherit it
@@ -18,7 +18,12 @@ CRASH_MARKER_ENV = "NVLLM_TEST_CRASH_MARKER"  # set before ray.init: the actors 
 def tiny_config(vocab_size: int = TINY_VOCAB_SIZE):
     """The tiny CPU engine; its small vocabulary takes random-token prompts, the full one takes text."""
     return engine_config(
-        "tiny", enforce_eager=True, model__vocab_size=vocab_size, device="cpu", kvcache_block_size=16
+        "tiny",
+        enforce_eager=True,
+        model__vocab_size=vocab_size,
+        device="cpu",
+        kvcache_block_size=16,
+        **SMALL_CPU_KV_CACHE,
     )
 
 

@@ -12,10 +12,16 @@ from nvllm import LLM
 # The tiny preset with a smaller vocabulary: the LM head over Qwen's 152k tokens dominates a CPU step and
 # its random weights dominate engine start-up. Prompts are token ids below this.
 TINY_VOCAB_SIZE = 4096
+# The CPU's KV budget for test engines that do not size their cache: the default (cache.cpu_memory_gib, 2 GiB)
+# is zeroed at every engine start, per rank, which costs a second or more on a loaded 2-core machine; these
+# engines hold a few short sequences, which a small fraction of it serves.
+SMALL_CPU_KV_CACHE = {"cache__cpu_memory_gib": 0.25}
 
 
 def tiny_llm(**overrides) -> LLM:
-    return LLM("tiny", enforce_eager=True, model__vocab_size=TINY_VOCAB_SIZE, **overrides)
+    return LLM(
+        "tiny", enforce_eager=True, model__vocab_size=TINY_VOCAB_SIZE, **{**SMALL_CPU_KV_CACHE, **overrides}
+    )
 
 
 def random_prompt(length: int, seed: int) -> list[int]:
