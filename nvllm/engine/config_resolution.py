@@ -194,11 +194,6 @@ def resolve(config: EngineConfig) -> EngineConfig:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device!r} but CUDA is not available on this machine")
     on_cuda = device.startswith("cuda")
-    if on_cuda and config.model.num_experts:
-        raise ValueError(
-            f"{config.model.architecture} runs on the CPU only for now: its experts' CUDA kernels "
-            "(nvllm.ops.moe_triton) do not yet match the torch reference on the GPU"
-        )
     if on_cuda and config.model.quantization == "fp8":
         why = "its matmuls scale float8 per row and column"
         require_capability(device, (9, 0), "model.quantization=fp8", why)

@@ -1,7 +1,10 @@
 """The GPU oracle of a family checkpoint: the engine (bf16, compiled, CUDA graphs, flash-attn and the Triton
 kernels) against transformers' implementation in fp32 on the same bf16-rounded weights: prefill logits
 within bf16's error, and every greedy token the engine picks is the fp32 model's best or within bf16 noise
-of it (a near-tie, experiments/harness/parity.py)."""
+of it (a near-tie, experiments/harness/parity.py). The bf16 noise a near-tie is judged by is transformers'
+own bf16-against-fp32 distance at the prompts' last positions, or at the position itself where that is
+larger: in a mixture-of-experts model a router near-tie can send one position's token to another expert in
+bf16, which moves that position's logits further than the prompts' last positions show."""
 
 from __future__ import annotations
 
@@ -32,21 +35,30 @@ def assert_follows_transformers_up_to_bf16(path, label: str) -> None:
             return model(torch.tensor([tokens], device="cuda")).logits[0].float()
 
         fp32_last = torch.stack([hf_logits(hf, p)[-1] for p in PROMPTS]).cpu()
+        # the weights are bf16-rounded: converting them to bf16 and back loses nothing
+        paths = [prompt + ours for prompt, ours in zip(PROMPTS, generations, strict=True)]
+        fp32_paths = [hf_logits(hf, path).cpu() for path in paths]
         bf16 = hf.to(torch.bfloat16)
         bf16_last = torch.stack([hf_logits(bf16, p)[-1] for p in PROMPTS]).cpu()
+        bf16_paths = [hf_logits(bf16, path).cpu() for path in paths]
         hf.float()
         noise = precision_noise(bf16_last, fp32_last)  # transformers' own bf16 against its fp32
         error = relative_error(logits, fp32_last)
         assert error <= 1.5 * relative_error(bf16_last, fp32_last) + 0.01, f"{label}: {error:.4f} from fp32"
 
         agreed = 0
-        for prompt, ours in zip(PROMPTS, generations, strict=True):
-            fp32 = hf_logits(hf, prompt + ours)[len(prompt) - 1 : -1].cpu()
+        for prompt, ours, fp32_path, bf16_path in zip(
+            PROMPTS, generations, fp32_paths, bf16_paths, strict=True
+        ):
+            fp32 = fp32_path[len(prompt) - 1 : -1]
+            bf16_steps = bf16_path[len(prompt) - 1 : -1]
             for step, token in enumerate(ours):
                 best = int(fp32[step].argmax())
                 agreed += token == best
-                assert token == best or is_near_tie(fp32[step], token, best, noise), (
+                step_noise = max(noise, precision_noise(bf16_steps[step], fp32[step]))
+                assert token == best or is_near_tie(fp32[step], token, best, step_noise), (
                     f"{label}, prompt of {len(prompt)}: token {step} is {token}, fp32's best {best}; their "
-                    f"fp32 logits are {fp32_gap(fp32[step], token, best):.3f} apart, bf16 noise {noise:.3f}"
+                    f"fp32 logits are {fp32_gap(fp32[step], token, best):.3f} apart, bf16 noise "
+                    f"{step_noise:.3f}"
                 )
     assert agreed >= len(PROMPTS) * GREEDY.max_tokens * 3 // 4

@@ -76,7 +76,9 @@ def test_a_round_on_cuda_samples_what_the_synchronous_cpu_round_samples():
 
 @pytest.fixture(scope="module")
 def llm():
-    with LLM("tiny", max_num_seqs=16, gpu_memory_utilization=0.3, num_decode_steps=8) as engine:
+    # Qwen3-0.6B's shape (random weights): its head_dim of 128 is what every flash-attn build takes
+    settings = dict(max_num_seqs=16, max_model_len=2048, gpu_memory_utilization=0.3, num_decode_steps=8)
+    with LLM("qwen3-0.6b", **settings) as engine:
         yield engine
 
 
