@@ -110,10 +110,12 @@ def test_unknown_quantization_is_an_error_that_names_it():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 7, 16, 17, 300])
 @pytest.mark.parametrize("gated", [False, True])
-def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated, compiled):
     """Up to 16 rows: the skinny kernel, whose only rounding is the weight's and the output's. More:
     `torch._scaled_mm`, which rounds the activations to e4m3 too (3 mantissa bits), an error of about
-    2^-4 / sqrt(3) of each product, averaged over the dot product."""
+    2^-4 / sqrt(3) of each product, averaged over the dot product. `nvllm::scaled_mm` called directly, and
+    compiled, where inductor's fused quantization feeds it."""
     from nvllm.ops.fp8 import quantize_tokens
     from nvllm.ops.fp8_linear_ops import scaled_mm
     from nvllm.ops.linear_ops import silu_mul
@@ -126,10 +128,16 @@ def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
         gate, up = product.chunk(2, -1)
         gate, up = gate.bfloat16().float(), up.bfloat16().float()  # as an unfused matmul rounds its output
         exact = torch.nn.functional.silu(gate) * up
-        ours = silu_mul(scaled_mm(x, *quantize_tokens(x), q, scale)).float()  # as compiled graphs run it
+        if compiled:
+            ours = torch.compile(apply_fp8_linear_silu_mul, fullgraph=True, dynamic=True)(x, q, scale).float()
+        else:
+            ours = silu_mul(scaled_mm(x, *quantize_tokens(x), q, scale)).float()  # as compiled graphs run it
     else:
         exact = product
-        ours = scaled_mm(x, *quantize_tokens(x), q, scale).float()
+        if compiled:
+            ours = torch.compile(apply_fp8_linear, fullgraph=True, dynamic=True)(x, q, scale).float()
+        else:
+            ours = scaled_mm(x, *quantize_tokens(x), q, scale).float()
     relative = ((ours - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
     assert relative < (2**-7 if rows <= 16 else 2**-4), relative
 

@@ -1,18 +1,16 @@
 """`nvllm::scaled_mm`: in a graph compiled by inductor the per-token activation quantization is traced code
 ahead of the op (fused with the norm and the SwiGLU activation that produce the activations), and the op
-receives exactly `quantize_rows` of its input; a compiled fp8 engine computes what an eager one does; on the
-GPU the compiled matmuls against an fp32 matmul."""
+receives exactly `quantize_rows` of its input; a compiled fp8 engine computes what an eager one does. On the
+GPU, the compiled matmuls against an fp32 matmul: tests/layers/test_fp8.py."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from nvllm.layers.linear import GateUpSiluParallelLinear, RowParallelLinear
 from nvllm.layers.norm import RMSNorm
 from nvllm.ops import fp8, fp8_linear_ops
-from nvllm.ops.fp8 import dequantized, quantize_rows
-from nvllm.ops.fp8_linear_ops import apply_fp8_linear, apply_fp8_linear_silu_mul
+from nvllm.ops.fp8 import quantize_rows
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 from tests.helpers.parallel_oracle import prefill_logits
 
@@ -95,25 +93,3 @@ def test_compiled_fp8_engine_generates_what_the_eager_one_does():
         layer = llm.model_runner.model.model.layers[0]
         assert layer.input_layernorm.fuse_in_graph and layer.post_attention_layernorm.fuse_in_graph
         torch.testing.assert_close(prefill_logits(llm, prompts), expected, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 16, 17, 300])
-@pytest.mark.parametrize("gated", [False, True])
-def test_compiled_fp8_matmuls_on_the_gpu_against_fp32(rows, gated):
-    """Inductor's fused quantization feeding `nvllm::scaled_mm`, within the same bounds as the op called
-    directly (tests/layers/test_fp8.py): the skinny kernel up to 16 rows, `torch._scaled_mm` above."""
-    torch.manual_seed(0)
-    q, scale = quantize_rows(torch.randn(2 * 1536 if gated else 1024, 2048, device="cuda"))
-    x = torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16)
-    product = x.float() @ dequantized(q, scale, torch.float32).T
-    if gated:
-        gate, up = product.chunk(2, -1)
-        gate, up = gate.bfloat16().float(), up.bfloat16().float()  # as an unfused matmul rounds its output
-        exact = torch.nn.functional.silu(gate) * up
-        ours = torch.compile(apply_fp8_linear_silu_mul, fullgraph=True, dynamic=True)(x, q, scale).float()
-    else:
-        exact = product
-        ours = torch.compile(apply_fp8_linear, fullgraph=True, dynamic=True)(x, q, scale).float()
-    relative = ((ours - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
-    assert relative < (2**-7 if rows <= 16 else 2**-4), relative
