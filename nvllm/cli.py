@@ -126,6 +126,11 @@ def serve(args: list[str]) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
+    parser.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="build and step the engine in a process of its own (the HTTP side then never slows its steps)",
+    )
     options = parser.parse_intermixed_args(args)  # overrides before and after the options
     if not 1 <= options.port <= MAX_PORT:
         parser.error(f"argument --port: {options.port} is no TCP port (1 to {MAX_PORT})")
@@ -134,7 +139,9 @@ def serve(args: list[str]) -> None:
     from nvllm.serving.server import serve as serve_model
 
     overrides = engine_overrides(options.overrides)
-    serve_model(options.model, options.host, options.port, options.api_key, **overrides)
+    serve_model(
+        options.model, options.host, options.port, options.api_key, options.engine_process, **overrides
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from nvllm.serving.async_engine import AsyncEngine, ServedRequest
+from nvllm.serving.async_engine import ServedRequest
 from nvllm.serving.metrics import ServerMetrics
 from nvllm.serving.request_guard import RequestGuard, error
 from nvllm.serving.request_mapping import Endpoint, sampling_params
 from nvllm.serving.responses import envelope, error_body, sse, usage
+from nvllm.serving.served_engine import ServedEngine
 from nvllm.serving.streamed_choices import ChoiceAccumulator
 from nvllm.tokenizer.chat import chat_prompts
 
@@ -32,7 +33,7 @@ class RequestError(Exception):
 
 
 def build_app(
-    engine: AsyncEngine,
+    engine: ServedEngine,
     metrics: ServerMetrics,
     model_name: str,
     api_key: str | None = None,
@@ -48,8 +49,8 @@ def build_app(
         await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="nvllm", lifespan=lifespan)
-    tokenizer = engine.engine.tokenizer
-    max_model_len = engine.engine.config.scheduler.max_model_len
+    tokenizer = engine.tokenizer
+    max_model_len = engine.max_model_len
 
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
 
@@ -120,7 +121,7 @@ def build_app(
             )
         except (ValueError, TypeError) as exc:
             raise RequestError(str(exc)) from None
-        except RuntimeError as exc:  # shutting down
+        except RuntimeError as exc:  # shutting down, or the engine's process ended
             raise RequestError(str(exc), 503) from None
         choices = ChoiceAccumulator(endpoint, params, tokenizer)
         if stream:

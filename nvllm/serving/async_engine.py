@@ -13,19 +13,20 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from nvllm.engine.llm_engine import LLMEngine
-from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer
+from nvllm.engine.request_outputs import StreamCursor
 from nvllm.engine.request_validation import Prompt, check_priority, token_ids_of
 from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
+from nvllm.serving.served_engine import ABORTED, EngineStats, FinishedRequest, engine_stats
+from nvllm.serving.serving_rules import admit, set_round_length
 
-ABORTED = "abort"  # the finish reason of a request dropped before it finished (vLLM's)
-_END = object()  # the last item of a request's stream
+END = object()  # the last item of a request's stream
 
 
 @dataclass
 class ServedRequest:
-    """One request as the background thread serves it; its stream is read on the event loop."""
+    """One request as the engine serves it; its stream is read on the event loop."""
 
     request_id: str
     prompt_token_ids: list[int]
@@ -53,7 +54,7 @@ class ServedRequest:
             while not self.outputs.empty():
                 items.append(self.outputs.get_nowait())
             for item in merged_deltas(items):
-                if item is _END:
+                if item is END:
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -68,8 +69,10 @@ class AsyncEngine:
     """Serves an `LLMEngine` (e.g. an `LLM`) from an asyncio loop. `on_finished(request)` is called on the
     engine's thread for each request that ends (metrics)."""
 
-    def __init__(self, engine: LLMEngine, on_finished: Callable[[ServedRequest], None] | None = None):
+    def __init__(self, engine: LLMEngine, on_finished: Callable[[FinishedRequest], None] | None = None):
         self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.max_model_len = engine.config.scheduler.max_model_len
         self.on_finished = on_finished
         self._intake: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -85,6 +88,9 @@ class AsyncEngine:
 
     def tokenize(self, prompt: Prompt) -> list[int]:
         return token_ids_of(prompt, self.engine.tokenizer)
+
+    def stats(self) -> EngineStats:
+        return engine_stats(self.engine)
 
     async def add_request(
         self,
@@ -163,15 +169,12 @@ class AsyncEngine:
 
     def _start(self, request: ServedRequest) -> None:
         try:
-            seq = self.engine.add_request(request.prompt_token_ids, request.params, request.priority)
+            request.samples, request.cursors = admit(
+                self.engine, request.prompt_token_ids, request.params, request.priority
+            )
         except Exception as error:  # noqa: BLE001 - the request's caller gets it, the engine runs on
             _resolve(request.loop, request.accepted, error)
             return
-        request.samples = [seq, *seq.forks]
-        for index, member in enumerate(request.samples):
-            if member.detokenizer is None:
-                attach_detokenizer(member, self.engine.tokenizer)
-            request.cursors.append(StreamCursor(member, index))
         self._active[request.request_id] = request
         _resolve(request.loop, request.accepted, None)
 
@@ -188,9 +191,7 @@ class AsyncEngine:
             _resolve(done.get_loop(), done, None)
 
     def _step(self) -> None:
-        streaming = any(request.streaming for request in self._active.values())
-        decode = self.engine.scheduler.decode
-        decode.num_decode_steps = 1 if streaming else self.engine.config.scheduler.num_decode_steps
+        set_round_length(self.engine, any(request.streaming for request in self._active.values()))
         try:
             self.engine.step()
         except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
@@ -218,11 +219,11 @@ class AsyncEngine:
         """The request's stream ends (after the items of `handed`, when its step hands them over)."""
         self._active.pop(request.request_id, None)
         if handed is None:
-            request.put(_END)
+            request.put(END)
         else:
-            handed.append((request.outputs, _END))
+            handed.append((request.outputs, END))
         if self.on_finished is not None:
-            self.on_finished(request)
+            self.on_finished(FinishedRequest.of(request.prompt_token_ids, request.samples))
 
 
 def _put_all(items: list[tuple[asyncio.Queue, object]]) -> None:
@@ -258,16 +259,16 @@ def merged_deltas(items: list[object]) -> list[object]:
     return merged
 
 
-def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, error: BaseException | None) -> None:
-    if loop.is_closed():
+def settle(future: asyncio.Future, error: BaseException | None) -> None:
+    """Resolve `future` (on its loop) with None or `error`, unless it is done (cancelled) already."""
+    if future.done():
         return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
-    def settle() -> None:
-        if future.done():
-            return
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
 
-    loop.call_soon_threadsafe(settle)
+def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, error: BaseException | None) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(settle, future, error)

@@ -3,35 +3,38 @@ blocks in use, prefix-cache hit rate) and each finished request's latencies and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from nvllm.engine.llm_engine import LLMEngine
-from nvllm.serving.async_engine import ABORTED, ServedRequest
+from nvllm.serving.served_engine import ABORTED, EngineStats, FinishedRequest
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class ServerMetrics:
-    """One registry per server (several can live in one process, as tests make them)."""
+    """One registry per server (several can live in one process, as tests make them); `stats` gives the
+    engine's state at each scrape."""
 
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, stats: Callable[[], EngineStats]):
         self.registry = registry = CollectorRegistry()
-        scheduler, blocks = engine.scheduler, engine.block_manager
         Gauge("nvllm_num_requests_running", "Sequences running", registry=registry).set_function(
-            lambda: len(scheduler.running)
+            lambda: stats().running
         )
         Gauge("nvllm_num_requests_waiting", "Sequences waiting", registry=registry).set_function(
-            lambda: len(scheduler.waiting)
+            lambda: stats().waiting
         )
         Gauge("nvllm_kv_blocks_used", "KV cache blocks in use", registry=registry).set_function(
-            lambda: blocks.num_blocks - blocks.num_free_blocks
+            lambda: stats().kv_blocks_used
         )
-        Gauge("nvllm_kv_blocks_total", "KV cache blocks", registry=registry).set(blocks.num_blocks)
+        Gauge("nvllm_kv_blocks_total", "KV cache blocks", registry=registry).set_function(
+            lambda: stats().kv_blocks_total
+        )
         Gauge(
             "nvllm_prefix_cache_hit_rate",
             "Share of prompt tokens found in the prefix cache",
             registry=registry,
-        ).set_function(lambda: blocks.prefix_hit_rate)
+        ).set_function(lambda: stats().prefix_hit_rate)
         self.prompt_tokens = Counter("nvllm_prompt_tokens", "Prompt tokens of requests", registry=registry)
         self.generation_tokens = Counter("nvllm_generation_tokens", "Tokens generated", registry=registry)
         self.requests = Counter(
@@ -50,12 +53,12 @@ class ServerMetrics:
             registry=registry,
         )  # fmt: skip
 
-    def request_finished(self, request: ServedRequest) -> None:
+    def request_finished(self, request: FinishedRequest) -> None:
         """Count a request that ended (on the engine's thread); an aborted one is counted, not timed."""
         samples = request.samples
-        self.prompt_tokens.inc(len(request.prompt_token_ids))
+        self.prompt_tokens.inc(request.num_prompt_tokens)
         self.generation_tokens.inc(sum(seq.num_completion_tokens for seq in samples))
-        aborted = any(seq.finish_reason is None for seq in samples)
+        aborted = request.aborted
         self.requests.labels(finish_reason=ABORTED if aborted else "finished").inc()
         if aborted or not samples:
             return

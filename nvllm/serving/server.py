@@ -15,17 +15,25 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import engine_config
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.llm import LLM
 from nvllm.serving.app import build_app
 from nvllm.serving.async_engine import AsyncEngine
+from nvllm.serving.engine_process import EngineProcess
 from nvllm.serving.metrics import ServerMetrics
 
 DRAIN_SECONDS = 30
 
 
-def make_app(model: str, api_key: str | None = None, **overrides: Any) -> FastAPI:
-    """The app for `LLM(model, **overrides)`, named as `model` is given."""
+def make_app(
+    model: str, api_key: str | None = None, engine_process: bool = False, **overrides: Any
+) -> FastAPI:
+    """The app for `LLM(model, **overrides)`, named as `model` is given; with `engine_process`, the engine
+    is built and stepped in a process of its own (see `process_app`)."""
+    if engine_process:
+        return process_app(engine_config(model, **overrides), model, api_key)
     return app_for(LLM(model, **overrides), model, api_key)
 
 
@@ -38,8 +46,20 @@ SWITCH_INTERVAL_S = 0.0005
 def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> FastAPI:
     """The app serving `llm`; this process's threads then take turns more often (`SWITCH_INTERVAL_S`)."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    metrics = ServerMetrics(llm)
-    engine = AsyncEngine(llm, on_finished=metrics.request_finished)
+    engine = AsyncEngine(llm)
+    metrics = ServerMetrics(engine.stats)
+    engine.on_finished = metrics.request_finished
+    return build_app(engine, metrics, model_name=model_name, api_key=api_key)
+
+
+def process_app(config: EngineConfig, model_name: str, api_key: str | None = None) -> FastAPI:
+    """The app serving an engine of `config` that a spawned process builds and steps (EngineProcess): the
+    HTTP loop's work (a chunk formatted and written per token) no longer takes the interpreter from the
+    engine's steps. The app's shutdown stops that process."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)  # the reader thread hands each step on as soon as it arrives
+    engine = EngineProcess(config)
+    metrics = ServerMetrics(engine.stats)
+    engine.on_finished = metrics.request_finished
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)
 
 
@@ -57,12 +77,19 @@ def _stopped_on_request(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
 
-def serve(model: str, host: str, port: int, api_key: str | None = None, **overrides: Any) -> None:
+def serve(
+    model: str,
+    host: str,
+    port: int,
+    api_key: str | None = None,
+    engine_process: bool = False,
+    **overrides: Any,
+) -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down gracefully and exit with code 0."""
     import uvicorn
 
     check_can_listen(host, port)
-    app = make_app(model, api_key, **overrides)
+    app = make_app(model, api_key, engine_process, **overrides)
     # uvicorn re-raises the signal that stopped it once its shutdown is done, under the handlers it found:
     # a server stopped on request then exits cleanly, not killed by its own signal.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):

@@ -60,8 +60,9 @@ def served():
     for name, (body, params) in filter_cases(llm, greedy_ids).items():
         output = llm.generate(PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
         filtered[name] = (body, output.token_ids, output.text)
-    metrics = ServerMetrics(llm)
-    engine = AsyncEngine(llm, on_finished=metrics.request_finished)
+    engine = AsyncEngine(llm)
+    metrics = ServerMetrics(engine.stats)
+    engine.on_finished = metrics.request_finished
     app = build_app(engine, metrics, "tiny", max_body_bytes=20_000)
     with background_server(app) as url:
         yield url, expected, expected_chat, engine, metrics, filtered

@@ -1,0 +1,148 @@
+"""The engine's own process (started by EngineProcess): it builds the engine from the server's config and
+runs the loop AsyncEngine's thread runs (take intake, step, hand on each request's deltas), with the server's
+process at the other end of a pipe. After each step it sends one message with everything the step made.
+
+From the server: ("add", request_id, prompt_token_ids, params, priority, streaming), ("abort", request_id,
+token), ("stop",). To the server: ("ready", None) or ("failed", error) once, then ("batch", events, stats)
+with events ("accepted", request_id, error or None), ("delta", request_id, CompletionOutput), ("error",
+request_id, error), ("end", request_id, FinishedRequest) and ("aborted", token)."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from nvllm.config import EngineConfig
+from nvllm.engine.llm_engine import LLMEngine
+from nvllm.engine.request_outputs import StreamCursor
+from nvllm.llm import LLM
+from nvllm.outputs import CompletionOutput
+from nvllm.sampling_params import SamplingParams
+from nvllm.scheduler.sequence import Sequence
+from nvllm.serving.served_engine import ABORTED, FinishedRequest, engine_stats
+from nvllm.serving.serving_rules import admit, set_round_length
+
+
+def run_engine(conn: Connection, config: EngineConfig) -> None:
+    """The process's body: serve until told to stop or until the server's process is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server stops this
+    try:
+        engine = LLM.from_config(config)
+    except Exception as error:  # noqa: BLE001 - the server reports why it could not start
+        conn.send(("failed", picklable(error)))
+        conn.close()
+        return
+    try:
+        conn.send(("ready", None))
+        ServingLoop(engine, conn).run()
+    except (EOFError, OSError):
+        pass  # the server's process is gone: nobody to serve
+    finally:
+        engine.shutdown()
+        conn.close()
+
+
+def picklable(error: BaseException) -> BaseException:
+    """`error` if it can cross the pipe, else a RuntimeError with its type and message."""
+    try:
+        pickle.dumps(error)
+    except Exception:  # noqa: BLE001 - any failure to pickle
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
+@dataclass
+class _Request:
+    prompt_token_ids: list[int]
+    streaming: bool
+    samples: list[Sequence]
+    cursors: list[StreamCursor]
+
+
+class ServingLoop:
+    def __init__(self, engine: LLMEngine, conn: Connection):
+        self.engine, self.conn = engine, conn
+        self.active: dict[str, _Request] = {}
+        self.events: list[tuple] = []
+        self.stopping = False
+
+    def run(self) -> None:
+        while not self.stopping:
+            if self.engine.is_finished():
+                self.take(self.conn.recv())  # idle: wait for work
+            while not self.stopping and self.conn.poll():
+                self.take(self.conn.recv())
+            stepped = not self.stopping and not self.engine.is_finished()
+            if stepped:
+                self.step()
+            if stepped or self.events:
+                self.send()
+        for request_id in list(self.active):
+            self.abort(request_id)
+        self.send()
+
+    def send(self) -> None:
+        self.conn.send(("batch", self.events, engine_stats(self.engine)))
+        self.events = []
+
+    def take(self, message: tuple) -> None:
+        kind, *args = message
+        if kind == "add":
+            self.add(*args)
+        elif kind == "abort":
+            request_id, token = args
+            self.abort(request_id)
+            self.events.append(("aborted", token))
+        else:
+            self.stopping = True
+
+    def add(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int,
+        streaming: bool,
+    ) -> None:
+        try:
+            samples, cursors = admit(self.engine, prompt_token_ids, params, priority)
+        except Exception as error:  # noqa: BLE001 - the request's caller gets it, the engine runs on
+            self.events.append(("accepted", request_id, picklable(error)))
+            return
+        self.active[request_id] = _Request(prompt_token_ids, streaming, samples, cursors)
+        self.events.append(("accepted", request_id, None))
+
+    def abort(self, request_id: str) -> None:
+        request = self.active.get(request_id)
+        if request is None:
+            return  # unknown or just finished
+        self.engine.abort(request.samples)
+        for cursor in request.cursors:
+            if not cursor.done:
+                cursor.done = True
+                self.events.append(("delta", request_id, CompletionOutput(cursor.index, "", [], ABORTED)))
+        self.end(request_id)
+
+    def step(self) -> None:
+        set_round_length(self.engine, any(request.streaming for request in self.active.values()))
+        try:
+            self.engine.step()
+        except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
+            self.engine.abort_all()
+            error = picklable(error)
+            for request_id in list(self.active):
+                self.events.append(("error", request_id, error))
+                self.end(request_id)
+            return
+        for request_id, request in list(self.active.items()):
+            for cursor in request.cursors:
+                if (delta := cursor.delta()) is not None:
+                    self.events.append(("delta", request_id, delta))
+            if all(cursor.done for cursor in request.cursors):
+                self.end(request_id)
+
+    def end(self, request_id: str) -> None:
+        request = self.active.pop(request_id)
+        self.events.append(("end", request_id, FinishedRequest.of(request.prompt_token_ids, request.samples)))

@@ -1,0 +1,32 @@
+"""The rules an engine follows while it serves, wherever its loop runs (a thread: AsyncEngine; a process of
+its own: engine_child.py): how a request is admitted with a stream cursor per sample, and how long decode
+rounds are."""
+
+from __future__ import annotations
+
+from nvllm.engine.llm_engine import LLMEngine
+from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer
+from nvllm.sampling_params import SamplingParams
+from nvllm.scheduler.sequence import Sequence
+
+
+def admit(
+    engine: LLMEngine, prompt_token_ids: list[int], params: SamplingParams, priority: int
+) -> tuple[list[Sequence], list[StreamCursor]]:
+    """Queue a request (a bad one raises its ValueError, the engine unchanged); its samples (the sequence
+    and its forks) and a cursor over each, whose deltas add up to its `generate` output."""
+    seq = engine.add_request(prompt_token_ids, params, priority)
+    samples = [seq, *seq.forks]
+    cursors = []
+    for index, member in enumerate(samples):
+        if member.detokenizer is None:
+            attach_detokenizer(member, engine.tokenizer)
+        cursors.append(StreamCursor(member, index))
+    return samples, cursors
+
+
+def set_round_length(engine: LLMEngine, streaming: bool) -> None:
+    """While any streaming request runs, decode rounds are one step long so that its tokens leave as they
+    are sampled; otherwise multi-step rounds keep their throughput."""
+    decode = engine.scheduler.decode
+    decode.num_decode_steps = 1 if streaming else engine.config.scheduler.num_decode_steps
