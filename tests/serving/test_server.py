@@ -1,7 +1,7 @@
 """The OpenAI server, with the official `openai` client against uvicorn serving the tiny model on a local
-port: greedy completions and chat equal `generate` and `chat`, streamed or not; n, stop, logprobs; eight
-concurrent clients; a client that leaves mid-stream frees its blocks; bad requests get OpenAI's errors; the
-same greedy text before and after all of it."""
+port, its engine on a thread or in a process of its own: greedy completions and chat equal `generate` and
+`chat`, streamed or not; n, stop, logprobs; eight concurrent clients; a client that leaves mid-stream frees
+its blocks; bad requests get OpenAI's errors; the same greedy text before and after all of it."""
 
 import asyncio
 import time
@@ -12,9 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from nvllm import LLM
+from nvllm.engine.config_resolution import engine_config
 from nvllm.sampling_params import SamplingParams
 from nvllm.serving.app import build_app
 from nvllm.serving.async_engine import AsyncEngine
+from nvllm.serving.engine_process import EngineProcess
 from nvllm.serving.metrics import ServerMetrics
 from nvllm.serving.server import background_server
 
@@ -28,6 +30,7 @@ ERROR_TYPES = {
     404: "NotFoundError",
     413: "BadRequestError",
 }
+ENGINE = {"enforce_eager": True, "max_num_seqs": 8}
 ALLOWED = [3, 50, 999, 4000]
 FORCED = 7
 
@@ -49,9 +52,11 @@ def filter_cases(llm: LLM, greedy_ids: list[int]) -> dict[str, tuple[dict, Sampl
     return cases
 
 
-@pytest.fixture(scope="module")
-def served():
-    llm = LLM("tiny", enforce_eager=True, max_num_seqs=8)
+@pytest.fixture(scope="module", params=["engine thread", "engine process"])
+def served(request):
+    """The server with its engine on a thread of this process (AsyncEngine) or in a process of its own
+    (EngineProcess), the expected texts from an engine of the same arguments here."""
+    llm = LLM("tiny", **ENGINE)
     greedy = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
     expected = [out.outputs[0].text for out in llm.generate(PROMPTS, greedy, use_tqdm=False)]
     expected_chat = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
@@ -60,13 +65,19 @@ def served():
     for name, (body, params) in filter_cases(llm, greedy_ids).items():
         output = llm.generate(PROMPTS[:1], params, use_tqdm=False)[0].outputs[0]
         filtered[name] = (body, output.token_ids, output.text)
-    engine = AsyncEngine(llm)
+    if request.param == "engine process":
+        llm.shutdown()
+        engine = EngineProcess(engine_config("tiny", **ENGINE))
+    else:
+        engine = AsyncEngine(llm)
     metrics = ServerMetrics(engine.stats)
     engine.on_finished = metrics.request_finished
     app = build_app(engine, metrics, "tiny", max_body_bytes=20_000)
     with background_server(app) as url:
         yield url, expected, expected_chat, engine, metrics, filtered
     assert llm.model_runner is None  # the app's shutdown released the engine
+    if request.param == "engine process":
+        assert not engine._process.is_alive()  # and stopped its process
 
 
 @pytest.fixture(scope="module")
