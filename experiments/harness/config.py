@@ -241,12 +241,14 @@ class ServingSLOConfig:
 class ServingConfig:
     """`+experiment=serving`: the server's URL (None: started in the job), the request rates (req/s, inf:
     all at once), the arrivals' burstiness (gamma shape; 1: Poisson), and whether the job's engine is also
-    measured offline beside the server (`offline_reference`)."""
+    measured offline beside the server (`offline_reference`); `engine_process`: the started server's engine
+    is built and stepped in a process of its own (`nvllm serve --engine-process`)."""
 
     url: str | None = None
     request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
     burstiness: float = 1.0
     offline_reference: bool = True
+    engine_process: bool = False
     slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
 
 

@@ -5,7 +5,9 @@ once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-t
 per streamed chunk, and goodput under `serving.slo`. With `serving.offline_reference` (an engine of this
 process only), the same engine offline beside them: `generate`'s throughput on the highest rate's requests
 and each lowest-rate request's prefill alone (experiments/runners/serving_offline.py), each from a cold
-prefix cache. A latency-vs-rate figure goes beside results.json."""
+prefix cache. With `serving.engine_process` the server's engine is built and stepped in a process of its
+own (from the job's engine config), and the offline engine is built here once the server has stopped. A
+latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from experiments.harness.engine import start_engine  # noqa: E402
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
 from experiments.runners.serving_client import arrival_gaps, load_at_rate, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
+from nvllm.llm import LLM  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
 
@@ -60,12 +64,14 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     serving = cfg.serving
     rates = [float(rate) for rate in serving.request_rates]
     per_rate = []
-    with job_run(job, build_engine=serving.url is None) as run:
+    in_process = serving.url is None and not serving.engine_process  # the server's engine is this job's
+    with job_run(job, build_engine=in_process) as run:
         if serving.url is None:
-            from nvllm.serving.server import app_for, background_server
+            from nvllm.serving.server import app_for, background_server, process_app
 
             model = job.engine.model.name
-            server = background_server(app_for(run.llm, model))
+            app = process_app(job.engine, model) if serving.engine_process else app_for(run.llm, model)
+            server = background_server(app)
         else:
             url = serving.url.rstrip("/")
             model = served_model(url)
@@ -88,12 +94,16 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                     f"goodput {metrics['goodput']:.2f} req/s"
                 )
             offline = None
-            if serving.url is None and serving.offline_reference:
-                offline = offline_references(run, rates)
-                print(
-                    f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
-                    f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
-                )
+            if in_process and serving.offline_reference:
+                offline = offline_references(run.llm, run, rates)
+        if serving.url is None and serving.engine_process and serving.offline_reference:
+            with start_engine(job.engine) as llm:  # the server's process released the device
+                offline = offline_references(llm, run, rates)
+        if offline is not None:
+            print(
+                f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
+                f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
+            )
         plot_latency_vs_rate(per_rate, job.output_dir / FIGURE, offline)
         summary = {f"{key}@{row['request_rate']:g}": value for row in per_rate for key, value in row.items()}
         summary.update(offline or {})
@@ -103,13 +113,13 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     return {"per_rate": per_rate, **summary}
 
 
-def offline_references(run, rates: list[float]) -> dict:
+def offline_references(llm: LLM, run, rates: list[float]) -> dict:
     """The engine offline (the server idle): `generate` on the highest rate's requests, and the lowest rate's
     requests' prefills one at a time, each after the prefix cache is emptied, so that no prompt the server saw
     is a hit."""
     highest, lowest = rates.index(max(rates)), rates.index(min(rates))
-    if not run.llm.reset_prefix_cache():
+    if not llm.reset_prefix_cache():
         raise RuntimeError("the server still holds KV blocks after its requests ended")
-    offline = offline_throughput(run.llm, *run.requests(highest))
-    run.llm.reset_prefix_cache()
-    return {**offline, **offline_ttft(run.llm, *run.requests(lowest))}
+    offline = offline_throughput(llm, *run.requests(highest))
+    llm.reset_prefix_cache()
+    return {**offline, **offline_ttft(llm, *run.requests(lowest))}

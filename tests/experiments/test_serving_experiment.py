@@ -68,6 +68,15 @@ def test_serving_experiment_at_two_rates(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
 
 
+def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
+    overrides = ["+experiment=serving", *TINY, *SMALL_WORKLOAD, "wandb.mode=disabled", "wandb.group=null"]
+    overrides += ["serving.request_rates=[inf]", "workload.num_seqs=4", "serving.engine_process=true"]
+    metrics = serving.run(compose_config(overrides), tmp_path)
+    row = metrics["per_rate"][0]
+    assert row["completed"] == 4 and row["failed"] == 0 and row["output_tokens"] > 0
+    assert metrics["offline_output_tok_per_s"] > 0  # the offline engine, built once the server stopped
+
+
 MAX_MODEL_LEN = 64
 EXCHANGES = [  # (first human turn, first gpt turn after it)
     ("Hello there, how are you today?", "Fine, thanks. And you?"),
