@@ -66,11 +66,19 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
-def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parallel_size):
-    """Tensor-parallel too: its workers and shared-memory channel must end with the server."""
+def descendants_of(pid: int) -> list[int]:
+    children = children_of(pid)
+    return children + [grandchild for child in children for grandchild in descendants_of(child)]
+
+
+@pytest.mark.parametrize("tensor_parallel_size, engine_process", [(1, False), (2, False), (2, True)])
+def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parallel_size, engine_process):
+    """Tensor-parallel too: its workers and shared-memory channel must end with the server; with the engine
+    in a process of its own, that process (the workers' parent) too."""
     greedy = SamplingParams(temperature=0, max_tokens=6)
     engine = [*ENGINE, f"tensor_parallel_size={tensor_parallel_size}"]
+    if engine_process:
+        engine.append("--engine-process")
     with LLM("tiny", enforce_eager=True, max_num_seqs=4, max_model_len=256) as llm:
         expected = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
     port, log = free_port(), tmp_path / "server.log"
@@ -85,9 +93,10 @@ def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parall
         out = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=6, temperature=0)
         assert out.choices[0].message.content == expected
         assert out.usage.completion_tokens == 6
-        workers = children_of(process.pid)
-        assert len(workers) >= tensor_parallel_size - 1
-        assert bool(shared_memory_of(process.pid)) == (tensor_parallel_size > 1)
+        workers = descendants_of(process.pid) if engine_process else children_of(process.pid)
+        assert len(workers) >= tensor_parallel_size - 1 + engine_process
+        owners = [process.pid, *workers] if engine_process else [process.pid]  # who made the shared memory
+        assert any(shared_memory_of(pid) for pid in owners) == (tensor_parallel_size > 1)
         process.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         returncode = process.wait(timeout=EXIT_S)
@@ -99,7 +108,7 @@ def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parall
     text = log.read_text()
     assert returncode == 0, text
     assert "leaked" not in text and "Traceback" not in text, text  # the resource tracker's warnings
-    assert not shared_memory_of(process.pid)
+    assert not any(shared_memory_of(pid) for pid in owners)
     deadline = time.monotonic() + 10  # the resource tracker ends once it reads its parent's exit
     while [pid for pid in workers if alive(pid)]:
         assert time.monotonic() < deadline, (
