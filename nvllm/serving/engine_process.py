@@ -165,7 +165,9 @@ class EngineProcess:
                 self._stats = stats
                 self._hand_over(events)
         except (EOFError, OSError):
-            pass
+            pass  # the child ended
+        except Exception:  # noqa: BLE001 - a message that cannot be read: nothing it sends can be trusted
+            self._process.kill()
         self._process.join(STOP_S)
         self._ended = f"the engine's process ended (exit code {self._process.exitcode})"
         self._fail_all()

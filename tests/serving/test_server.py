@@ -19,6 +19,7 @@ from nvllm.serving.async_engine import AsyncEngine
 from nvllm.serving.engine_process import EngineProcess
 from nvllm.serving.metrics import ServerMetrics
 from nvllm.serving.server import background_server
+from tests.helpers.tp_exit_script import alive
 
 PROMPTS = ["The capital of France is", "One, two, three,", "def main():", "Hello"]
 MESSAGES = [{"role": "user", "content": "Say something."}]
@@ -77,7 +78,7 @@ def served(request):
         yield url, expected, expected_chat, engine, metrics, filtered
     assert llm.model_runner is None  # the app's shutdown released the engine
     if request.param == "engine process":
-        assert not engine._process.is_alive()  # and stopped its process
+        assert not alive(engine.pid)  # and stopped its process
 
 
 @pytest.fixture(scope="module")
