@@ -60,6 +60,8 @@ def build_app(
 
     @app.get("/health")
     async def health() -> Response:
+        if engine.failure is not None:
+            return error(engine.failure, 503)
         return Response(status_code=200)
 
     @app.get("/metrics")

@@ -86,6 +86,10 @@ class AsyncEngine:
     def num_active(self) -> int:
         return len(self._active)
 
+    @property
+    def failure(self) -> str | None:
+        return None  # a failed step fails its requests; the engine serves on
+
     def tokenize(self, prompt: Prompt) -> list[int]:
         return token_ids_of(prompt, self.engine.tokenizer)
 

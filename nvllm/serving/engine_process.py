@@ -68,6 +68,10 @@ class EngineProcess:
         return len(self._active)
 
     @property
+    def failure(self) -> str | None:
+        return self._ended
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid
 

@@ -85,6 +85,10 @@ class ServedEngine(Protocol):
     @property
     def num_active(self) -> int: ...
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine can serve no more (None while it can)."""
+
     def tokenize(self, prompt: Prompt) -> list[int]: ...
 
     async def add_request(

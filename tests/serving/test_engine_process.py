@@ -82,6 +82,7 @@ def test_a_killed_engine_process_fails_its_request_and_the_server_answers_503():
         response = httpx.post(url + "/v1/completions", json={**body, "max_tokens": 2})
         assert response.status_code == 503
         assert "the engine's process ended" in response.json()["error"]["message"]
+        assert httpx.get(url + "/health").status_code == 503
     assert served.num_active == 0
 
 
