@@ -39,6 +39,27 @@ class ServedRequest:
     samples: list[Sequence] = field(default_factory=list)  # the sequence and its forks, once queued
     cursors: list[StreamCursor] = field(default_factory=list)
 
+    @classmethod
+    def taken(
+        cls,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int,
+        streaming: bool,
+    ) -> ServedRequest:
+        """A request taken on the running event loop, which awaits its acceptance and reads its stream."""
+        loop = asyncio.get_running_loop()
+        return cls(
+            request_id=request_id,
+            prompt_token_ids=prompt_token_ids,
+            params=params,
+            priority=check_priority(priority),
+            streaming=streaming,
+            loop=loop,
+            accepted=loop.create_future(),
+        )
+
     def put(self, item: object) -> None:
         """Hand an item to the event loop (from the engine's thread); dropped once that loop is closed."""
         if not self.loop.is_closed():
@@ -107,16 +128,8 @@ class AsyncEngine:
         """Queue a request; returns once the engine took it (a bad one raises its ValueError here).
         `streaming`: its tokens go out as soon as each is sampled (decode rounds of one step while any such
         request runs), else multi-step rounds keep their throughput."""
-        loop = asyncio.get_running_loop()
-        request = ServedRequest(
-            request_id=request_id or f"req-{next(self._ids)}",
-            prompt_token_ids=self.tokenize(prompt),
-            params=params,
-            priority=check_priority(priority),
-            streaming=streaming,
-            loop=loop,
-            accepted=loop.create_future(),
-        )
+        request_id = request_id or f"req-{next(self._ids)}"
+        request = ServedRequest.taken(request_id, self.tokenize(prompt), params, priority, streaming)
         if request.request_id in self._active:
             raise ValueError(f"request id {request.request_id!r} is already running")
         self._submit(lambda: self._start(request))

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 from nvllm.config import EngineConfig
-from nvllm.engine.request_validation import Prompt, check_priority, token_ids_of
+from nvllm.engine.request_validation import Prompt, token_ids_of
 from nvllm.sampling_params import SamplingParams
 from nvllm.serving.async_engine import END, ServedRequest, settle
 from nvllm.serving.engine_child import run_engine
@@ -91,17 +91,8 @@ class EngineProcess:
         streaming: bool = True,
     ) -> ServedRequest:
         """As `AsyncEngine.add_request`; a RuntimeError once the child is gone or shutting down."""
-        loop = asyncio.get_running_loop()
-        request = ServedRequest(
-            request_id=request_id or f"req-{next(self._ids)}",
-            prompt_token_ids=self.tokenize(prompt),
-            params=params,
-            priority=check_priority(priority),
-            streaming=streaming,
-            loop=loop,
-            accepted=loop.create_future(),
-        )
-        request_id = request.request_id
+        request_id = request_id or f"req-{next(self._ids)}"
+        request = ServedRequest.taken(request_id, self.tokenize(prompt), params, priority, streaming)
         if request_id in self._active:
             raise ValueError(f"request id {request_id!r} is already running")
         self._active[request_id] = request
