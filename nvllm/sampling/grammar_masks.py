@@ -25,7 +25,7 @@ from nvllm.sampling.grammar_compiler import GrammarState, import_llguidance
 from nvllm.scheduler.sequence import Sequence
 from nvllm.transfer import to_device
 
-BITS = torch.arange(32, dtype=torch.int32)
+BITS = torch.arange(32, dtype=torch.int32)  # a word's bits, for the unpacking on the CPU
 
 
 @functools.cache
@@ -54,7 +54,6 @@ class GrammarMasks:
         if self.device_rows.is_cuda:
             self.bitmask = self.bitmask.pin_memory()  # copied to the device without a stop
             self.host_tokens = torch.empty(len(rows), dtype=torch.int64, pin_memory=True)
-        self.bits = to_device(BITS, device)
         self.mask_rows: torch.Tensor | None = None  # see `_mask_rows`
         self.wait_for_device = wait_for_device or torch.cuda.Event.synchronize
         # a step whose tokens are on their way to `host_tokens` (None: none), and the event after their copy
@@ -76,7 +75,7 @@ class GrammarMasks:
 
             return masked_logits(logits, words, self._mask_rows(logits.shape[0], logits.device))
         vocab_size = logits.shape[1]
-        allowed = ((words.unsqueeze(-1) >> self.bits) & 1).view(len(self.rows), -1)[:, :vocab_size].bool()
+        allowed = ((words.unsqueeze(-1) >> BITS) & 1).view(len(self.rows), -1)[:, :vocab_size].bool()
         masked = logits.to(torch.float32, copy=True)
         rows = masked[self.device_rows]
         masked[self.device_rows] = rows.masked_fill(~allowed, float("-inf"))

@@ -18,8 +18,8 @@ from nvllm.engine.request_validation import Prompt, check_priority, token_ids_of
 from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
-from nvllm.serving.served_engine import ABORTED, EngineStats, FinishedRequest, engine_stats
-from nvllm.serving.serving_rules import admit, set_round_length
+from nvllm.serving.served_engine import EngineStats, FinishedRequest, engine_stats
+from nvllm.serving.serving_rules import admit, drop, set_round_length
 
 END = object()  # the last item of a request's stream
 
@@ -198,11 +198,8 @@ class AsyncEngine:
     def _abort(self, request_id: str, done: asyncio.Future | None) -> None:
         request = self._active.pop(request_id, None)
         if request is not None:
-            self.engine.abort(request.samples)
-            for cursor in request.cursors:
-                if not cursor.done:
-                    cursor.done = True
-                    request.put(CompletionOutput(cursor.index, "", [], finish_reason=ABORTED))
+            for delta in drop(self.engine, request.samples, request.cursors):
+                request.put(delta)
             self._end(request)
         if done is not None:
             _resolve(done.get_loop(), done, None)

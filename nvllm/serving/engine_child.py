@@ -18,11 +18,10 @@ from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.engine.request_outputs import StreamCursor
 from nvllm.llm import LLM
-from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
-from nvllm.serving.served_engine import ABORTED, FinishedRequest, engine_stats
-from nvllm.serving.serving_rules import admit, set_round_length
+from nvllm.serving.served_engine import FinishedRequest, engine_stats
+from nvllm.serving.serving_rules import admit, drop, set_round_length
 
 
 def run_engine(conn: Connection, config: EngineConfig) -> None:
@@ -118,11 +117,8 @@ class ServingLoop:
         request = self.active.get(request_id)
         if request is None:
             return  # unknown or just finished
-        self.engine.abort(request.samples)
-        for cursor in request.cursors:
-            if not cursor.done:
-                cursor.done = True
-                self.events.append(("delta", request_id, CompletionOutput(cursor.index, "", [], ABORTED)))
+        for delta in drop(self.engine, request.samples, request.cursors):
+            self.events.append(("delta", request_id, delta))
         self.end(request_id)
 
     def step(self) -> None:

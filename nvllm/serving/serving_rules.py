@@ -1,13 +1,15 @@
 """The rules an engine follows while it serves, wherever its loop runs (a thread: AsyncEngine; a process of
-its own: engine_child.py): how a request is admitted with a stream cursor per sample, and how long decode
-rounds are."""
+its own: engine_child.py): how a request is admitted with a stream cursor per sample, how one is dropped,
+and how long decode rounds are."""
 
 from __future__ import annotations
 
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.engine.request_outputs import StreamCursor, attach_detokenizer
+from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
+from nvllm.serving.served_engine import ABORTED
 
 
 def admit(
@@ -23,6 +25,18 @@ def admit(
             attach_detokenizer(member, engine.tokenizer)
         cursors.append(StreamCursor(member, index))
     return samples, cursors
+
+
+def drop(engine: LLMEngine, samples: list[Sequence], cursors: list[StreamCursor]) -> list[CompletionOutput]:
+    """Abort a request (its KV blocks and token-table rows free on return); the last delta of each sample
+    that had not ended: no tokens, finish reason "abort"."""
+    engine.abort(samples)
+    ends = []
+    for cursor in cursors:
+        if not cursor.done:
+            cursor.done = True
+            ends.append(CompletionOutput(cursor.index, "", [], finish_reason=ABORTED))
+    return ends
 
 
 def set_round_length(engine: LLMEngine, streaming: bool) -> None:

@@ -7,7 +7,8 @@ import pytest
 
 from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
-from nvllm.serving.async_engine import ABORTED, AsyncEngine, merged_deltas
+from nvllm.serving.async_engine import AsyncEngine, merged_deltas
+from nvllm.serving.served_engine import ABORTED
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
