@@ -7,7 +7,11 @@ tokens a
 loop iteration) too. What decode's kernel (the Triton one), its split rule
 (`FlashAttnBackend.decode_kv_splits`) and its tile rule (`paged_decode_attention.tile_tokens`) are chosen by.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256]`"""
+With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
+dots in fp16 and in bf16 (`paged_decode_attention.FP8_DOT_DTYPE`), each in its best split count and tile:
+what an fp8 cache's halved bytes buy in decode, and which conversion of its elements keeps them.
+
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8]`"""
 
 from __future__ import annotations
 
@@ -17,8 +21,11 @@ from functools import partial
 import torch
 from flash_attn import flash_attn_with_kvcache
 
+import triton.language as tl
+
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.attention.paging import blocks_for
+from nvllm.ops import paged_decode_attention as decode_module
 from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
@@ -83,7 +90,55 @@ def main(batch_rows: tuple[int, ...]) -> None:
                 )
 
 
+def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tuple[int, int]]:
+    """The Triton kernel's least time over its split counts and tiles, and the (splits, tile) it took."""
+    rows = query.shape[0]
+    by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
+    times = {
+        (splits, tile): time_us(partial(by_triton, splits, tile))
+        for splits in TRITON_SPLITS
+        for tile in TILES
+        if splits == 1 or rows * KV_HEADS * splits <= MAX_PROGRAMS
+    }
+    best = min(times, key=times.get)
+    return times[best], best
+
+
+def fp8_main(batch_rows: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    k_fp8, v_fp8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+    for model, heads in QUERY_HEADS.items():
+        for rows in batch_rows:
+            for context in CONTEXTS:
+                width = blocks_for(context, BLOCK)
+                if rows * width > NUM_BLOCKS:
+                    continue
+                query = torch.randn(rows, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+                tables = torch.randperm(NUM_BLOCKS, device="cuda")[: rows * width].to(torch.int32)
+                tables = tables.view(rows, width)
+                seqlens = torch.randint(context // 2, context + 1, (rows,), dtype=torch.int32, device="cuda")
+                bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
+                fp8 = {}
+                for name, dtype in (("fp16", tl.float16), ("bf16", tl.bfloat16)):
+                    decode_module.FP8_DOT_DTYPE = dtype
+                    fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
+                decode_module.FP8_DOT_DTYPE = tl.float16
+                mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
+                print(
+                    f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
+                    f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, dots in "
+                    + ", ".join(
+                        f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items()
+                    ),
+                    flush=True,
+                )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
-    main(tuple(int(rows) for rows in parser.parse_args().rows.split(",")))
+    parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
+    args = parser.parse_args()
+    (fp8_main if args.fp8 else main)(tuple(int(rows) for rows in args.rows.split(",")))

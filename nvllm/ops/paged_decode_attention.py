@@ -59,6 +59,7 @@ def _paged_decode_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)
@@ -78,7 +79,7 @@ def _paged_decode_kernel(
         query_ptr + row * query_row_stride + heads[:, None] * query_head_stride + dims[None, :],
         mask=in_group[:, None],
         other=0.0,
-    )
+    ).to(DOT_DTYPE)
     running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
     normaliser = tl.zeros([GROUP_ROWS], tl.float32)
     acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
@@ -88,16 +89,16 @@ def _paged_decode_kernel(
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
         inside = start + tokens < split_end
         offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-        # an fp8 cache's elements convert exactly to the queries' dtype, in registers
-        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(query.dtype)
+        # an fp8 cache's elements convert exactly to the dot's dtype, in registers
+        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         scores = tl.dot(query, tl.trans(key)) * scale
         scores = tl.where(inside[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         weights = tl.exp(scores - new_max[:, None])
         rescale = tl.exp(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
-        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(query.dtype)
-        acc = acc * rescale[:, None] + tl.dot(weights.to(value.dtype), value)
+        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
         running_max = new_max
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
@@ -147,6 +148,19 @@ def _combine_splits_kernel(
     tl.store(out_ptr + row * out_row_stride + head * out_head_stride + dims, out.to(out_ptr.dtype.element_ty))
     lse = tl.where(total > 0, safe_max + tl.log(total), float("-inf"))
     tl.store(lse_ptr + row * NUM_HEADS + head, lse)
+
+
+FP8_DOT_DTYPE = tl.float16
+
+
+def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
+    """The dtype the kernel's two dots take their operands in: the queries' own over a 16-bit cache.
+    Over an fp8 cache, fp16: one instruction converts two e4m3 elements to fp16, where bf16 takes a
+    detour through fp32, and the conversion is exact in both (fp16 keeps more of the queries' and the
+    softmax weights' mantissa; their range is far inside fp16's)."""
+    if cache_dtype == torch.float8_e4m3fn:
+        return FP8_DOT_DTYPE
+    return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
 def paged_decode_attention(
@@ -199,6 +213,7 @@ def paged_decode_attention(
         HEAD_DIM=head_dim,
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
+        DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
         num_warps=4,
         num_stages=2,
         **pdl_launch(query.device),
