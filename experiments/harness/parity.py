@@ -20,6 +20,21 @@ def precision_noise(ours: torch.Tensor, fp32: torch.Tensor) -> float:
     return (ours.float() - fp32.float()).abs().max().item()
 
 
+def margin_noise(ours: torch.Tensor, fp32: torch.Tensor) -> float:
+    """How far a lower-precision computation moved any token's logit relative to fp32's best token at each
+    position (`ours`, `fp32`: [..., vocab]): the largest change of a margin `logit[t] - logit[best]`. A
+    greedy token parts from fp32's best exactly when such a margin changes sign, so this, not one logit's
+    own shift, is the noise a parting is judged by: two logits moving in opposite directions move their
+    margin by up to twice the largest shift of either, and a shift common to all logits moves none."""
+    best = fp32.argmax(-1, keepdim=True)
+
+    def margins(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        return logits - logits.gather(-1, best)
+
+    return (margins(ours) - margins(fp32)).abs().max().item()
+
+
 def fp32_gap(fp32_logits: torch.Tensor, token: int, other: int) -> float:
     """How far apart the fp32 model puts two tokens (`fp32_logits`: one position's, over the vocabulary)."""
     return (fp32_logits[token] - fp32_logits[other]).abs().item()

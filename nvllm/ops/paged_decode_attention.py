@@ -172,6 +172,8 @@ def paged_decode_attention(
     scale: float,
     num_splits: int = 1,
     block_n: int | None = None,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
@@ -214,8 +216,8 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
-        num_warps=4,
-        num_stages=2,
+        num_warps=num_warps,
+        num_stages=num_stages,
         **pdl_launch(query.device),
     )
     if num_splits > 1:

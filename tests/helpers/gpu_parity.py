@@ -1,10 +1,11 @@
 """The GPU oracle of a family checkpoint: the engine (bf16, compiled, CUDA graphs, flash-attn and the Triton
 kernels) against transformers' implementation in fp32 on the same bf16-rounded weights: prefill logits
 within bf16's error, and every greedy token the engine picks is the fp32 model's best or within bf16 noise
-of it (a near-tie, experiments/harness/parity.py). The bf16 noise a near-tie is judged by is transformers'
-own bf16-against-fp32 distance at the prompts' last positions, or at the position itself where that is
-larger: in a mixture-of-experts model a router near-tie can send one position's token to another expert in
-bf16, which moves that position's logits further than the prompts' last positions show."""
+of it (a near-tie, experiments/harness/parity.py). The bf16 noise a near-tie is judged by is how far
+transformers' own bf16 moves a token's margin to fp32's best token (`margin_noise`), at the prompts' last
+positions or at the position itself where that is larger: in a mixture-of-experts model a router near-tie
+can send one position's token to another expert in bf16, which moves that position's logits further than
+the prompts' last positions show."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import random
 
 import torch
 
-from experiments.harness.parity import fp32_gap, is_near_tie, precision_noise
+from experiments.harness.parity import fp32_gap, is_near_tie, margin_noise
 from nvllm import LLM, SamplingParams
 from tests.helpers.family_checkpoints import load_family_model
 from tests.helpers.parallel_oracle import prefill_logits, relative_error
@@ -42,7 +43,7 @@ def assert_follows_transformers_up_to_bf16(path, label: str) -> None:
         bf16_last = torch.stack([hf_logits(bf16, p)[-1] for p in PROMPTS]).cpu()
         bf16_paths = [hf_logits(bf16, path).cpu() for path in paths]
         hf.float()
-        noise = precision_noise(bf16_last, fp32_last)  # transformers' own bf16 against its fp32
+        noise = margin_noise(bf16_last, fp32_last)  # transformers' own bf16 against its fp32
         error = relative_error(logits, fp32_last)
         assert error <= 1.5 * relative_error(bf16_last, fp32_last) + 0.01, f"{label}: {error:.4f} from fp32"
 
@@ -55,7 +56,7 @@ def assert_follows_transformers_up_to_bf16(path, label: str) -> None:
             for step, token in enumerate(ours):
                 best = int(fp32[step].argmax())
                 agreed += token == best
-                step_noise = max(noise, precision_noise(bf16_steps[step], fp32[step]))
+                step_noise = max(noise, margin_noise(bf16_steps[step], fp32[step]))
                 assert token == best or is_near_tie(fp32[step], token, best, step_noise), (
                     f"{label}, prompt of {len(prompt)}: token {step} is {token}, fp32's best {best}; their "
                     f"fp32 logits are {fp32_gap(fp32[step], token, best):.3f} apart, bf16 noise "
