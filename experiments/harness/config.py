@@ -242,13 +242,16 @@ class ServingConfig:
     """`+experiment=serving`: the server's URL (None: started in the job), the request rates (req/s, inf:
     all at once), the arrivals' burstiness (gamma shape; 1: Poisson), and whether the job's engine is also
     measured offline beside the server (`offline_reference`); `engine_process`: the started server's engine
-    is built and stepped in a process of its own (`nvllm serve --engine-process`)."""
+    is built and stepped in a process of its own (`nvllm serve --engine-process`); `load_processes`: the
+    load's client processes, each sending its share of the requests on the same arrival schedule (one
+    client process parsing every streamed chunk of a loaded server is slower than the server)."""
 
     url: str | None = None
     request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
     burstiness: float = 1.0
     offline_reference: bool = True
     engine_process: bool = False
+    load_processes: int = 4
     slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
 
 

@@ -12,8 +12,6 @@ latency-vs-rate figure goes beside results.json."""
 from __future__ import annotations
 
 import math
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from experiments.harness.engine import start_engine  # noqa: E402
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
-from experiments.runners.serving_client import arrival_gaps, load_at_rate, served_model  # noqa: E402
+from experiments.runners.serving_client import LoadProcesses, arrival_gaps, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
@@ -65,7 +63,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     rates = [float(rate) for rate in serving.request_rates]
     per_rate = []
     in_process = serving.url is None and not serving.engine_process  # the server's engine is this job's
-    with job_run(job, build_engine=in_process) as run:
+    load = LoadProcesses(serving.load_processes)  # its processes start with the first rate
+    with load, job_run(job, build_engine=in_process) as run:
         if serving.url is None:
             from nvllm.serving.server import app_for, background_server, process_app
 
@@ -76,12 +75,11 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             url = serving.url.rstrip("/")
             model = served_model(url)
             server = nullcontext(url)
-        load = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        with server as url, load:
+        with server as url:
             for index, rate in enumerate(rates):
                 prompts, params = run.requests(index)
                 gaps = arrival_gaps(len(prompts), rate, serving.burstiness, job.workload.seed + index)
-                timings, duration_s = load.submit(load_at_rate, url, model, prompts, params, gaps).result()
+                timings, duration_s = load.send(url, model, prompts, params, gaps)
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),

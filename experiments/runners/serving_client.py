@@ -1,14 +1,22 @@
 """The serving benchmark's load: requests sent to an OpenAI server's /v1/completions at arrival times drawn
-from a gamma process (burstiness 1: Poisson) of the given rate, each streamed and timed. The load runs in a
-process of its own (`load_at_rate`): parsing every streamed chunk would otherwise compete for the
-interpreter with the server it measures, when that server runs in the job's process."""
+from a gamma process (burstiness 1: Poisson) of the given rate, each streamed and timed. The load runs in
+processes of its own (`LoadProcesses`), each sending its share of the requests at their times on the one
+schedule: parsing every streamed chunk in the server's process would compete for its interpreter, and one
+client process parsing the chunks of a loaded server is slower than the server. Times are read from
+`time.monotonic`, one clock for all of the machine's processes (CLOCK_MONOTONIC)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import multiprocessing
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import httpx
 import numpy as np
@@ -42,7 +50,7 @@ async def timed_request(
         "model": model, "prompt": prompt, "max_tokens": params.max_tokens, "temperature": params.temperature,
         "ignore_eos": params.ignore_eos, "stream": True, "stream_options": {"include_usage": True},
     }  # fmt: skip
-    timing = RequestTiming(sent=time.perf_counter())
+    timing = RequestTiming(sent=time.monotonic())
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
             if response.status_code != 200:
@@ -55,28 +63,80 @@ async def timed_request(
                 if chunk.get("usage"):
                     timing.output_tokens = chunk["usage"]["completion_tokens"]
                 elif chunk.get("choices") and chunk["choices"][0]["text"]:
-                    timing.chunk_times.append(time.perf_counter())
+                    timing.chunk_times.append(time.monotonic())
     except httpx.HTTPError as error:
         timing.error = repr(error)
     return timing
 
 
-async def send_at_rate(
-    url: str, model: str, prompts: list[list[int]], params: list[SamplingParams], gaps: list[float]
-) -> tuple[list[RequestTiming], float]:
-    """Every request sent after its gap; their timings and the seconds from the first send to the last end."""
+async def send_on_schedule(
+    url: str,
+    model: str,
+    prompts: list[list[int]],
+    params: list[SamplingParams],
+    offsets: list[float],
+    ready: Callable[[], None] = lambda: None,
+) -> list[RequestTiming]:
+    """Every request sent `offsets[i]` seconds after the client is made and `ready()` returned; their
+    timings."""
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as client:
-        start = time.perf_counter()
-        tasks = []
-        for prompt, request_params, gap in zip(prompts, params, gaps):
-            await asyncio.sleep(gap)
+        ready()
+        start, tasks = time.monotonic(), []
+        for prompt, request_params, offset in zip(prompts, params, offsets, strict=True):
+            await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
             tasks.append(asyncio.create_task(timed_request(client, url, model, prompt, request_params)))
-        timings = await asyncio.gather(*tasks)
-        return list(timings), time.perf_counter() - start
+        return list(await asyncio.gather(*tasks))
 
 
-def load_at_rate(
-    url: str, model: str, prompts: list[list[int]], params: list[SamplingParams], gaps: list[float]
-) -> tuple[list[RequestTiming], float]:
-    """`send_at_rate` run to its end, in the process that calls it (the load's own)."""
-    return asyncio.run(send_at_rate(url, model, prompts, params, gaps))
+_together: threading.Barrier | None = None  # a load process's: its share starts with every other share's
+START_TIMEOUT_S = 120  # how long a share waits for the others to be ready (process start-up included)
+
+
+def _join_load(together: threading.Barrier) -> None:
+    global _together
+    _together = together
+
+
+def _send_share(
+    url: str, model: str, prompts: list[list[int]], params: list[SamplingParams], offsets: list[float]
+) -> list[RequestTiming]:
+    ready = partial(_together.wait, START_TIMEOUT_S)  # the schedule starts once every share is ready
+    return asyncio.run(send_on_schedule(url, model, prompts, params, offsets, ready))
+
+
+class LoadProcesses:
+    """`count` client processes (spawned once, reused for every rate) that send a rate's requests between
+    them, request i by process i mod count, at the times of one arrival schedule."""
+
+    def __init__(self, count: int):
+        if count < 1:
+            raise ValueError(f"serving.load_processes={count} must be 1 or more")
+        context = multiprocessing.get_context("spawn")
+        self.count = count
+        self._pool = ProcessPoolExecutor(
+            count, context, initializer=_join_load, initargs=(context.Barrier(count),)
+        )
+
+    def send(
+        self, url: str, model: str, prompts: list[list[int]], params: list[SamplingParams], gaps: list[float]
+    ) -> tuple[list[RequestTiming], float]:
+        """The requests sent with `gaps` seconds between them (the first after its gap from the start); their
+        timings in request order and the seconds from the first send to the last chunk."""
+        offsets = list(itertools.accumulate(gaps))
+        shares = [
+            self._pool.submit(_send_share, url, model, prompts[i :: self.count], params[i :: self.count],
+                              offsets[i :: self.count])
+            for i in range(self.count)
+        ]  # fmt: skip
+        timings: list[RequestTiming] = [None] * len(prompts)
+        for i, share in enumerate(shares):
+            timings[i :: self.count] = share.result()
+        ends = [timing.chunk_times[-1] for timing in timings if timing.chunk_times]
+        duration = max(ends) - min(timing.sent for timing in timings) if ends else 0.0
+        return timings, duration
+
+    def __enter__(self) -> LoadProcesses:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._pool.shutdown()

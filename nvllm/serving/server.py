@@ -98,15 +98,16 @@ def serve(
 
 
 @contextmanager
-def background_server(app: FastAPI, host: str = "127.0.0.1") -> Iterator[str]:
-    """`app` served by uvicorn on a thread of this process, on a free port; yields its base URL. Leaving
-    the block shuts it down as SIGTERM would (the app's shutdown releases its engine)."""
+def background_server(app: FastAPI, host: str = "127.0.0.1", **uvicorn_config: Any) -> Iterator[str]:
+    """`app` served by uvicorn (with `uvicorn_config`: e.g. its `loop` and `http`) on a thread of this
+    process, on a free port; yields its base URL. Leaving the block shuts it down as SIGTERM would (the
+    app's shutdown releases its engine)."""
     import uvicorn
 
     with socket.socket() as sock:
         sock.bind((host, 0))
         port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", **uvicorn_config))
     thread = threading.Thread(target=server.run, name="nvllm-server", daemon=True)
     thread.start()
     while not server.started:

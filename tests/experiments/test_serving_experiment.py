@@ -58,7 +58,7 @@ def test_arrivals_have_the_rate_and_inf_sends_at_once():
 
 def test_serving_experiment_at_two_rates(tmp_path):
     overrides = ["+experiment=serving", *TINY, *SMALL_WORKLOAD, "wandb.mode=disabled", "wandb.group=null"]
-    overrides += ["serving.request_rates=[20,inf]", "workload.num_seqs=4"]
+    overrides += ["serving.request_rates=[20,inf]", "workload.num_seqs=4", "serving.load_processes=2"]
     metrics = serving.run(compose_config(overrides), tmp_path)
     for row in metrics["per_rate"]:
         assert row["completed"] == 4 and row["failed"] == 0
@@ -71,6 +71,7 @@ def test_serving_experiment_at_two_rates(tmp_path):
 def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
     overrides = ["+experiment=serving", *TINY, *SMALL_WORKLOAD, "wandb.mode=disabled", "wandb.group=null"]
     overrides += ["serving.request_rates=[inf]", "workload.num_seqs=4", "serving.engine_process=true"]
+    overrides += ["serving.load_processes=1"]
     metrics = serving.run(compose_config(overrides), tmp_path)
     row = metrics["per_rate"][0]
     assert row["completed"] == 4 and row["failed"] == 0 and row["output_tokens"] > 0
