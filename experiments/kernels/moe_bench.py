@@ -21,15 +21,27 @@ HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
 
 
-def main() -> None:
-    torch.manual_seed(0)
+def random_experts() -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's packed `[gate; up]` and down weights of every expert, random, bf16, on the GPU."""
     gate_up = torch.randn(NUM_EXPERTS, 2 * INTERMEDIATE, HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.02
     down = torch.randn(NUM_EXPERTS, HIDDEN, INTERMEDIATE, device="cuda", dtype=torch.bfloat16) * 0.02
+    return gate_up, down
+
+
+def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tokens` random hidden states, and their routing weights and experts from uniform random logits."""
+    x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    logits = torch.randn(tokens, NUM_EXPERTS, device="cuda", dtype=torch.bfloat16)
+    weights, ids = route(logits, TOP_K, renormalize=True)
+    return x, weights, ids
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    gate_up, down = random_experts()
     expert_bytes = 3 * HIDDEN * INTERMEDIATE * gate_up.element_size()
     for tokens in TOKENS:
-        x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
-        logits = torch.randn(tokens, NUM_EXPERTS, device="cuda", dtype=torch.bfloat16)
-        weights, ids = route(logits, TOP_K, renormalize=True)
+        x, weights, ids = routed_batch(tokens)
         touched = ids.unique().numel()
         expected = NUM_EXPERTS * (1 - (1 - TOP_K / NUM_EXPERTS) ** tokens)
         us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids))

@@ -9,9 +9,14 @@ and are masked. Then:
 - down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
   epilogue, in fp32 at each pair's row; the k pairs of a token are then summed (no atomics, a fixed order).
 The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
-prefill gives them many."""
+prefill gives them many. The rest of each matmul's launch shape (columns and reduction slice per program,
+warps, pipeline depth) comes from `TILE_CONFIGS` by the same mean, finer banded
+(`experiments/kernels/moe_tile_sweep.py` measures it)."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -22,6 +27,44 @@ def row_tile(num_pairs: int, num_experts: int) -> int:
     """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts."""
     per_expert = num_pairs / num_experts
     return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
+
+
+@dataclass(frozen=True)
+class GroupedMatmulConfig:
+    """A grouped matmul's launch shape besides its row tile: output columns and reduction slice per
+    program, warps per program, software-pipeline depth."""
+
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# 3 stages: Triton's default on NVIDIA GPUs
+_UNTUNED = GroupedMatmulConfig(block_n=64, block_k=64, num_warps=4, num_stages=3)
+
+# (most pairs per expert, gate/up's config, down's config) by band of the mean pairs per expert; the bands
+# split `row_tile`'s, so that a band has one row tile; the last has no upper end
+TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, _UNTUNED, _UNTUNED),
+    (2, _UNTUNED, _UNTUNED),
+    (16, _UNTUNED, _UNTUNED),
+    (64, _UNTUNED, _UNTUNED),
+    (math.inf, _UNTUNED, _UNTUNED),
+)
+
+
+def config_band(num_pairs: int, num_experts: int) -> int:
+    """The index in `TILE_CONFIGS` of the band of `num_pairs` pairs over `num_experts` experts."""
+    per_expert = num_pairs / num_experts
+    return next(band for band, (most, _, _) in enumerate(TILE_CONFIGS) if per_expert <= most)
+
+
+def matmul_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
+    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
+    `num_experts` experts."""
+    _, gate_up, down = TILE_CONFIGS[config_band(num_pairs, num_experts)]
+    return gate_up if gated else down
 
 
 @triton.jit
@@ -156,9 +199,24 @@ def _grouped_matmul_kernel(
     tl.store(out, acc.to(out_ptr.dtype.element_ty), valid[:, None] & inside[None, :])
 
 
-def _grouped_matmul(a, w, out, sorted_pairs, tile_expert, pair_weights, block_m, divisor, gated, weighted):
+def grouped_matmul(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    out: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    tile_expert: torch.Tensor,
+    pair_weights: torch.Tensor,
+    block_m: int,
+    divisor: int,
+    gated: bool,
+    weighted: bool,
+    config: GroupedMatmulConfig,
+) -> None:
+    """One grouped matmul into `out` [pairs, N] over the tiles of `align_by_expert(..., block_m)`: pair
+    p's row of `a` is p // `divisor`; `gated`: `w` packs [gate; up] and `out` gets silu(gate) * up;
+    `weighted`: each row times its pair's routing weight."""
     num_pairs, n = out.shape
-    grid = (tile_expert.numel(), triton.cdiv(n, 64))
+    grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
     _grouped_matmul_kernel[grid](
         a,
         w,
@@ -178,9 +236,10 @@ def _grouped_matmul(a, w, out, sorted_pairs, tile_expert, pair_weights, block_m,
         GATED=gated,
         WEIGHTED=weighted,
         BLOCK_M=block_m,
-        BLOCK_N=64,
-        BLOCK_K=64,
-        num_warps=4,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
 
 
@@ -203,7 +262,13 @@ def grouped_experts(
     pair_weights = topk_weights.flatten().contiguous()
     activated = x.new_empty((num_pairs, intermediate))
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
-    _grouped_matmul(x, gate_up, activated, *tiles, divisor=top_k, gated=True, weighted=False)
+    gate_up_config = matmul_config(num_pairs, num_experts, gated=True)
+    grouped_matmul(
+        x, gate_up, activated, *tiles, divisor=top_k, gated=True, weighted=False, config=gate_up_config
+    )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
-    _grouped_matmul(activated, down, weighted, *tiles, divisor=1, gated=False, weighted=True)
+    down_config = matmul_config(num_pairs, num_experts, gated=False)
+    grouped_matmul(
+        activated, down, weighted, *tiles, divisor=1, gated=False, weighted=True, config=down_config
+    )
     return weighted.view(num_tokens, top_k, -1).sum(1).to(x.dtype)

@@ -6,13 +6,9 @@ against the torch reference; the settings refused by name; the presets' sizes an
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -30,6 +26,7 @@ from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint
 from tests.helpers.transformers_parity import assert_greedy_equals_transformers
+from tests.helpers.triton_interpreter import run_in_interpreter
 
 
 @pytest.fixture(scope="module")
@@ -89,23 +86,6 @@ def test_router_ties_go_to_the_lower_expert_index():
     assert ids.tolist() == [[2, 3, 4], [0, 1, 2]]
     share = math.exp(2) / (2 * math.exp(0) + 2 * math.exp(1) + 4 * math.exp(2))  # softmax of a tied expert
     torch.testing.assert_close(weights, torch.tensor([[share] * 3, [1 / 8] * 3]))
-
-
-def run_in_interpreter(check: str) -> None:
-    """`check` (Python code) in a process of its own with Triton's interpreter, which runs the kernels on
-    the CPU (it must be chosen before triton is imported). Where triton is not installed (a CPU build of
-    torch comes without it) the kernels cannot run at all, and the GPU tests check them instead."""
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("Triton's interpreter needs triton, which a CPU build of torch does not install")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", check + "\nprint('checked')"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0 and "checked" in result.stdout, result.stderr[-3000:]
 
 
 def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():

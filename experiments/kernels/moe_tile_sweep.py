@@ -1,0 +1,236 @@
+"""Launch shapes of the MoE grouped matmuls (`nvllm.ops.moe_triton.TILE_CONFIGS`) for one layer of
+Qwen3-30B-A3B (`experiments.kernels.moe_bench`'s shape and routing: uniform random logits through
+`route`), on the GPU. For each token count, gate/up and down are timed separately (`time_us`: one call in a
+CUDA graph, inputs read from memory) at `row_tile`'s row tile over a grid of block_n (16, 32, 64, 128) x
+block_k (64, 128, 256) x num_warps (2, 4, 8) x num_stages (2, 3, 4, 5), 144 configurations. Printed per
+token count and matmul: the fastest configuration, its µs, the bytes of the experts the batch touches
+(gate/up 2*I*H*2 each, down H*I*2) and TB/s, and the table's configuration's µs beside it; at the end, a
+`TILE_CONFIGS` to paste, each band's configuration per matmul the one with the least time summed over the
+band's token counts.
+
+The grid is pruned (`in_grid`): no configuration whose pipeline buffers cannot fit in shared memory, none
+with more stages than its reduction loop has slices, and at tiles of 32 rows and more (prefill, compute
+bound) no 16-column strip and no 2 warps. Over the 12 default token counts that leaves about 2,600
+timings (129 gate/up and 120 down configurations at each of the nine token counts up to 256, about 60 each
+at 512, 2048 and 8192) and about 730 kernels to compile (the 16-row tiles twice: one token's 8 pairs are no
+multiple of 16, which Triton specializes on). `--jobs N` (default: up to 16) compiles them in N processes
+first (Triton keeps them in its disk cache); estimated, not measured: about a minute of compiling on 16
+cores and two of timing on an H200.
+
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N]`"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import math
+import multiprocessing
+import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+import triton
+
+from experiments.kernels.moe_bench import (
+    HIDDEN,
+    INTERMEDIATE,
+    NUM_EXPERTS,
+    TOP_K,
+    random_experts,
+    routed_batch,
+)
+from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops.moe_triton import (
+    TILE_CONFIGS,
+    GroupedMatmulConfig,
+    align_by_expert,
+    config_band,
+    grouped_matmul,
+    matmul_config,
+    row_tile,
+)
+
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
+GRID = [
+    GroupedMatmulConfig(*launch)
+    for launch in itertools.product((16, 32, 64, 128), (64, 128, 256), (2, 4, 8), (2, 3, 4, 5))
+]
+MATMULS = {"gate/up": True, "down": False}  # name: gated
+BF16_BYTES = 2
+
+
+def in_grid(config: GroupedMatmulConfig, block_m: int, gated: bool, shared_memory: int) -> bool:
+    """Whether the sweep times `config` at `block_m`-row tiles: not where even num_stages - 1 buffers of a
+    slice's tiles overflow `shared_memory` (it would raise OutOfResources), nor with more stages than the
+    reduction loop has slices (nothing left to prefetch), nor, at 32 rows and more, with a 16-column strip
+    (each program reads its rows of the input again for a sliver of the output) or 2 warps."""
+    slice_bytes = (block_m + (2 if gated else 1) * config.block_n) * config.block_k * BF16_BYTES
+    reduction = HIDDEN if gated else INTERMEDIATE
+    if (config.num_stages - 1) * slice_bytes > shared_memory:
+        return False
+    if config.num_stages > triton.cdiv(reduction, config.block_k):
+        return False
+    return block_m < 32 or (config.block_n > 16 and config.num_warps > 2)
+
+
+@functools.cache
+def shared_memory() -> int:
+    """The shared memory a program may have on this GPU, as Triton checks it."""
+    return triton.runtime.driver.active.utils.get_device_properties(0)["max_shared_mem"]
+
+
+@functools.cache
+def experts() -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return random_experts()
+
+
+def matmul_of_batch(tokens: int, gated: bool) -> tuple[Callable, int, int]:
+    """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens, to be called with
+    its `config`; the batch's row tile and the number of experts it touches."""
+    gate_up, down = experts()
+    x, weights, ids = routed_batch(tokens)
+    num_pairs = tokens * TOP_K
+    block_m = row_tile(num_pairs, NUM_EXPERTS)
+    sorted_pairs, tile_expert = align_by_expert(ids, NUM_EXPERTS, block_m)
+    pair_weights = weights.flatten().contiguous()
+    tiles = dict(
+        sorted_pairs=sorted_pairs, tile_expert=tile_expert, pair_weights=pair_weights, block_m=block_m
+    )
+    activated = torch.randn(num_pairs, INTERMEDIATE, device="cuda", dtype=torch.bfloat16)
+    if gated:
+        operands = dict(a=x, w=gate_up, out=activated, divisor=TOP_K, gated=True, weighted=False)
+    else:
+        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
+        operands = dict(a=activated, w=down, out=out, divisor=1, gated=False, weighted=True)
+    run = functools.partial(grouped_matmul, **operands, **tiles)
+    return run, block_m, ids.unique().numel()
+
+
+def compile_one(trial: tuple[int, bool, GroupedMatmulConfig]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, config)`."""
+    tokens, gated, config = trial
+    run, _, _ = matmul_of_batch(tokens, gated)
+    try:
+        run(config=config)
+    except triton.runtime.errors.OutOfResources:
+        pass
+    torch.cuda.synchronize()
+
+
+def compile_all(token_counts: list[int], jobs: int) -> None:
+    """`compile_one` over the grid in `jobs` processes, once per kernel specialization: token counts with
+    the same row tile, whose pair counts are alike multiples of 16 or not, share their kernels."""
+    # by its name, so the workers can find `compile_one`
+    import experiments.kernels.moe_tile_sweep as sweep
+
+    kinds = {}
+    for tokens in token_counts:
+        block_m = row_tile(tokens * TOP_K, NUM_EXPERTS)
+        kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
+    trials = [
+        (tokens, gated, config)
+        for (block_m, _), tokens in kinds.items()
+        for gated in MATMULS.values()
+        for config in GRID
+        if in_grid(config, block_m, gated, shared_memory())
+    ]
+    print(f"compiling {len(trials)} kernels in {jobs} processes", flush=True)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(sweep.compile_one, trials, chunksize=4))
+
+
+def timed_configs(tokens: int, gated: bool) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
+    """µs per call of each configuration of the grid that fits (and of the table's); the row tile and
+    the experts touched."""
+    run, block_m, touched = matmul_of_batch(tokens, gated)
+    configs = [c for c in GRID if in_grid(c, block_m, gated, shared_memory())]
+    table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated)
+    times = {}
+    for config in configs + ([] if table in configs else [table]):
+        try:
+            times[config] = time_us(functools.partial(run, config=config))
+        except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
+            continue
+    return times, block_m, touched
+
+
+def launch(config: GroupedMatmulConfig) -> str:
+    return f"({config.block_n}, {config.block_k}, {config.num_warps}, {config.num_stages})"
+
+
+def sweep(token_counts: list[int]) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
+    """Times every matmul at every token count; prints each one's fastest configuration against the
+    table's."""
+    expert_bytes = {
+        "gate/up": 2 * INTERMEDIATE * HIDDEN * BF16_BYTES,
+        "down": HIDDEN * INTERMEDIATE * BF16_BYTES,
+    }
+    results = {}
+    for tokens in token_counts:
+        for name, gated in MATMULS.items():
+            times, block_m, touched = timed_configs(tokens, gated)
+            best = min(times, key=times.get)
+            table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated)
+            gb = touched * expert_bytes[name] / 1e9
+            was = times.get(table, math.nan)  # nan where the table's configuration does not fit
+            print(
+                f"{tokens:5d} tokens {name:7s} (tile {block_m:2d} rows, {touched:3d} experts, "
+                f"{gb * 1e3:6.1f} MB, {len(times)} configs): best {launch(best)} {times[best]:7.1f} us "
+                f"{gb / times[best] * 1e3:5.2f} TB/s | table's {launch(table)} {was:7.1f} us "
+                f"{gb / was * 1e3:5.2f} TB/s",
+                flush=True,
+            )
+            results[(tokens, name)] = times
+    return results
+
+
+def print_table(token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]]):
+    """`TILE_CONFIGS` with each swept band's configuration per matmul: the one with the least time summed
+    over the band's token counts (of those timed at all of them); bands without a swept token count kept."""
+    rows = []
+    for band, (most, *current) in enumerate(TILE_CONFIGS):
+        counts = [t for t in token_counts if config_band(t * TOP_K, NUM_EXPERTS) == band]
+        chosen = []
+        for name, table in zip(MATMULS, current):
+            if not counts:
+                chosen.append(table)
+                continue
+            timed = [results[(t, name)] for t in counts]
+            common = set.intersection(*(set(times) for times in timed))
+            best = min(common, key=lambda c: sum(times[c] for times in timed))
+            total = sum(times[best] for times in timed)
+            was = sum(times.get(table, math.nan) for times in timed)
+            print(
+                f"band <= {most}: tokens {counts} {name}: {launch(best)} {total:.1f} us, table's {was:.1f} us"
+            )
+            chosen.append(best)
+        most_text = "math.inf" if math.isinf(most) else repr(most)
+        gate_up, down = (f"GroupedMatmulConfig{launch(config)}" for config in chosen)
+        rows.append(f"    ({most_text}, {gate_up}, {down}),")
+    print("TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (")
+    print("\n".join(rows))
+    print(")")
+
+
+def token_list(text: str) -> list[int]:
+    counts = [int(t) for t in text.split(",")]
+    if any(t < 1 for t in counts):
+        raise argparse.ArgumentTypeError(f"token counts must be positive, got {text}")
+    return counts
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--tokens", type=token_list, default=list(TOKENS), help="comma-separated token counts"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
+    )
+    args = parser.parse_args()
+    if args.jobs:
+        compile_all(args.tokens, args.jobs)
+    print_table(args.tokens, sweep(args.tokens))

@@ -1,0 +1,60 @@
+"""The grouped matmuls' launch shapes: each matmul in Triton's interpreter, at configurations across the
+sweep's grid and each row tile, against the torch reference on a small random layer; and `matmul_config`
+choosing from `TILE_CONFIGS` by the band of the mean pairs per expert."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.triton_interpreter import run_in_interpreter
+
+
+def test_the_grouped_matmuls_at_each_launch_shape_equal_the_torch_reference():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_triton import GroupedMatmulConfig, align_by_expert, grouped_matmul
+generator = torch.Generator().manual_seed(0)
+# hidden and intermediate sizes off every block size (multiples of 16, as tensor-core tiles need), so that
+# both matmuls' column and reduction masks are exercised
+tokens, experts, top_k, hidden, intermediate = 40, 4, 2, 272, 144
+x = torch.randn(tokens, hidden, generator=generator)
+gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
+down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+weights, ids = torch.randn(tokens, experts, generator=generator).softmax(-1).topk(top_k, -1)
+expected = experts_reference(x, gate_up, down, weights, ids)
+# (row tile, block_n, block_k, num_warps, num_stages)
+shapes = [(16, 16, 64, 2, 2), (64, 128, 256, 8, 5), (32, 32, 128, 4, 3), (16, 128, 64, 4, 4)]
+shapes.append((64, 16, 256, 4, 3))
+for block_m, *launch in shapes:
+    config = GroupedMatmulConfig(*launch)
+    sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
+    tiles = (sorted_pairs, tile_expert, weights.flatten().contiguous(), block_m)
+    activated = x.new_empty(tokens * top_k, intermediate)
+    grouped_matmul(x, gate_up, activated, *tiles, divisor=top_k, gated=True, weighted=False, config=config)
+    out = x.new_empty(tokens * top_k, hidden)
+    grouped_matmul(activated, down, out, *tiles, divisor=1, gated=False, weighted=True, config=config)
+    ours = out.view(tokens, top_k, hidden).sum(1)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5, msg=lambda m: f"{block_m} {config}: {m}")
+"""
+    )
+
+
+def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
+    pytest.importorskip("triton")
+    from nvllm.ops import moe_triton
+    from nvllm.ops.moe_triton import GroupedMatmulConfig, matmul_config
+
+    # a table whose entries all differ: band b's gate/up config has b + 2 stages, its down config b + 7
+    table = tuple(
+        (most, GroupedMatmulConfig(16, 64, 4, band + 2), GroupedMatmulConfig(32, 128, 8, band + 7))
+        for band, most in enumerate((0.5, 2, 16, 64, float("inf")))
+    )
+    monkeypatch.setattr(moe_triton, "TILE_CONFIGS", table)
+    # 128 experts: (pairs, band); each band's upper end is its own (a token's 8 pairs are 1/16 a expert)
+    expected = [(8, 0), (64, 0), (65, 1), (256, 1), (257, 2), (2048, 2), (2049, 3), (8192, 3), (8193, 4)]
+    for pairs, band in expected:
+        assert matmul_config(pairs, 128, gated=True) == GroupedMatmulConfig(16, 64, 4, band + 2), pairs
+        assert matmul_config(pairs, 128, gated=False) == GroupedMatmulConfig(32, 128, 8, band + 7), pairs
+    assert matmul_config(3, 4, gated=True).num_stages == 3  # 0.75 an expert: the second band
