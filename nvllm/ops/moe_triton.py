@@ -40,17 +40,15 @@ class GroupedMatmulConfig:
     num_stages: int
 
 
-# 3 stages: Triton's default on NVIDIA GPUs
-_UNTUNED = GroupedMatmulConfig(block_n=64, block_k=64, num_warps=4, num_stages=3)
-
 # (most pairs per expert, gate/up's config, down's config) by band of the mean pairs per expert; the bands
-# split `row_tile`'s, so that a band has one row tile; the last has no upper end
+# split `row_tile`'s, so that a band has one row tile; the last has no upper end. Each the fastest of the
+# sweep's grid on Qwen3-30B-A3B's layer on an H200 (experiments/results/2026-12-02-h200-moe-tiles.md).
 TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
-    (0.5, _UNTUNED, _UNTUNED),
-    (2, _UNTUNED, _UNTUNED),
-    (16, _UNTUNED, _UNTUNED),
-    (64, _UNTUNED, _UNTUNED),
-    (math.inf, _UNTUNED, _UNTUNED),
+    (0.5, GroupedMatmulConfig(32, 128, 2, 4), GroupedMatmulConfig(32, 128, 2, 3)),
+    (2, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 2, 3)),
+    (16, GroupedMatmulConfig(64, 128, 2, 2), GroupedMatmulConfig(64, 128, 2, 4)),
+    (64, GroupedMatmulConfig(128, 64, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (math.inf, GroupedMatmulConfig(128, 64, 8, 5), GroupedMatmulConfig(128, 64, 4, 3)),
 )
 
 
