@@ -128,8 +128,10 @@ def serve(args: list[str]) -> None:
     parser.add_argument("--api-key", help="require `Authorization: Bearer KEY` on /v1 routes")
     parser.add_argument(
         "--engine-process",
-        action="store_true",
-        help="build and step the engine in a process of its own (the HTTP side then never slows its steps)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="build and step the engine in a process of its own, so that the HTTP side never slows its steps "
+        "(default); --no-engine-process: on a thread of the server's process",
     )
     options = parser.parse_intermixed_args(args)  # overrides before and after the options
     if not 1 <= options.port <= MAX_PORT:

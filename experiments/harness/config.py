@@ -250,7 +250,7 @@ class ServingConfig:
     request_rates: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0, float("inf")])
     burstiness: float = 1.0
     offline_reference: bool = True
-    engine_process: bool = False
+    engine_process: bool = True
     load_processes: int = 4
     slo: ServingSLOConfig = field(default_factory=ServingSLOConfig)
 

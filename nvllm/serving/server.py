@@ -28,7 +28,7 @@ DRAIN_SECONDS = 30
 
 
 def make_app(
-    model: str, api_key: str | None = None, engine_process: bool = False, **overrides: Any
+    model: str, api_key: str | None = None, engine_process: bool = True, **overrides: Any
 ) -> FastAPI:
     """The app for `LLM(model, **overrides)`, named as `model` is given; with `engine_process`, the engine
     is built and stepped in a process of its own (see `process_app`)."""
@@ -82,7 +82,7 @@ def serve(
     host: str,
     port: int,
     api_key: str | None = None,
-    engine_process: bool = False,
+    engine_process: bool = True,
     **overrides: Any,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C, then shut down gracefully and exit with code 0."""

@@ -59,6 +59,7 @@ def test_arrivals_have_the_rate_and_inf_sends_at_once():
 def test_serving_experiment_at_two_rates(tmp_path):
     overrides = ["+experiment=serving", *TINY, *SMALL_WORKLOAD, "wandb.mode=disabled", "wandb.group=null"]
     overrides += ["serving.request_rates=[20,inf]", "workload.num_seqs=4", "serving.load_processes=2"]
+    overrides += ["serving.engine_process=false"]  # the server's engine on a thread of this process
     metrics = serving.run(compose_config(overrides), tmp_path)
     for row in metrics["per_rate"]:
         assert row["completed"] == 4 and row["failed"] == 0

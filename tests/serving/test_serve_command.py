@@ -77,8 +77,8 @@ def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parall
     in a process of its own, that process (the workers' parent) too."""
     greedy = SamplingParams(temperature=0, max_tokens=6)
     engine = [*ENGINE, f"tensor_parallel_size={tensor_parallel_size}"]
-    if engine_process:
-        engine.append("--engine-process")
+    if not engine_process:  # the engine's own process is the default
+        engine.append("--no-engine-process")
     with LLM("tiny", enforce_eager=True, max_num_seqs=4, max_model_len=256) as llm:
         expected = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
     port, log = free_port(), tmp_path / "server.log"
