@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from collections.abc import Iterator
 from functools import partial
 
 import torch
@@ -42,10 +43,9 @@ TILES = (TILE_TOKENS, LONG_TILE_TOKENS)
 MAX_PROGRAMS = 4096  # Triton split counts past this many (row, KV head, split) programs are not tried
 
 
-def main(batch_rows: tuple[int, ...]) -> None:
-    torch.manual_seed(0)
-    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
+def decode_cases(batch_rows: tuple[int, ...]) -> Iterator[tuple]:
+    """Per model, batch size and context length that fit the cache: (model, rows, context, query, block
+    tables, KV lengths), each row's length drawn from [context / 2, context] over randomly placed blocks."""
     for model, heads in QUERY_HEADS.items():
         for rows in batch_rows:
             for context in CONTEXTS:
@@ -56,52 +56,58 @@ def main(batch_rows: tuple[int, ...]) -> None:
                 tables = torch.randperm(NUM_BLOCKS, device="cuda")[: rows * width].to(torch.int32)
                 tables = tables.view(rows, width)
                 seqlens = torch.randint(context // 2, context + 1, (rows,), dtype=torch.int32, device="cuda")
-                flash = {
-                    splits: time_us(
-                        partial(
-                            flash_attn_with_kvcache,
-                            query[:, None],
-                            k_cache,
-                            v_cache,
-                            cache_seqlens=seqlens,
-                            block_table=tables,
-                            softmax_scale=SCALE,
-                            causal=True,
-                            num_splits=splits,
-                        )  # fmt: skip
-                    )
-                    for splits in FLASH_SPLITS
-                }
-                by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
-                triton = {
-                    (splits, tile): time_us(partial(by_triton, splits, tile))
-                    for splits in TRITON_SPLITS
-                    for tile in TILES
-                    if splits == 1 or rows * KV_HEADS * splits <= MAX_PROGRAMS
-                }
-                gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * k_cache.element_size() / 1e9
-                best_flash, best_triton = min(flash, key=flash.get), min(triton, key=triton.get)
-                print(
-                    f"{model} {rows:3d} rows x up to {context:4d} tokens ({gb * 1e3:6.1f} MB): flash-attn "
-                    + " ".join(f"{s}:{us:.1f}" for s, us in flash.items())
-                    + " | Triton (splits, tile) "
-                    + " ".join(f"{s}/{tile}:{us:.1f}" for (s, tile), us in triton.items())
-                    + f" | best flash {best_flash} {flash[best_flash]:.1f} us, Triton {best_triton} "
-                    f"{triton[best_triton]:.1f} us ({gb / triton[best_triton] * 1e3:.2f} TB/s)",
-                    flush=True,
-                )
+                yield model, rows, context, query, tables, seqlens
+
+
+def triton_times(query, k_cache, v_cache, seqlens, tables) -> dict[tuple[int, int], float]:
+    """The Triton kernel's µs at each (split count, tile) tried for this batch."""
+    by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
+    return {
+        (splits, tile): time_us(partial(by_triton, splits, tile))
+        for splits in TRITON_SPLITS
+        for tile in TILES
+        if splits == 1 or query.shape[0] * KV_HEADS * splits <= MAX_PROGRAMS
+    }
+
+
+def main(batch_rows: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
+        flash = {
+            splits: time_us(
+                partial(
+                    flash_attn_with_kvcache,
+                    query[:, None],
+                    k_cache,
+                    v_cache,
+                    cache_seqlens=seqlens,
+                    block_table=tables,
+                    softmax_scale=SCALE,
+                    causal=True,
+                    num_splits=splits,
+                )  # fmt: skip
+            )
+            for splits in FLASH_SPLITS
+        }
+        triton = triton_times(query, k_cache, v_cache, seqlens, tables)
+        gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * k_cache.element_size() / 1e9
+        best_flash, best_triton = min(flash, key=flash.get), min(triton, key=triton.get)
+        print(
+            f"{model} {rows:3d} rows x up to {context:4d} tokens ({gb * 1e3:6.1f} MB): flash-attn "
+            + " ".join(f"{s}:{us:.1f}" for s, us in flash.items())
+            + " | Triton (splits, tile) "
+            + " ".join(f"{s}/{tile}:{us:.1f}" for (s, tile), us in triton.items())
+            + f" | best flash {best_flash} {flash[best_flash]:.1f} us, Triton {best_triton} "
+            f"{triton[best_triton]:.1f} us ({gb / triton[best_triton] * 1e3:.2f} TB/s)",
+            flush=True,
+        )
 
 
 def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tuple[int, int]]:
     """The Triton kernel's least time over its split counts and tiles, and the (splits, tile) it took."""
-    rows = query.shape[0]
-    by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
-    times = {
-        (splits, tile): time_us(partial(by_triton, splits, tile))
-        for splits in TRITON_SPLITS
-        for tile in TILES
-        if splits == 1 or rows * KV_HEADS * splits <= MAX_PROGRAMS
-    }
+    times = triton_times(query, k_cache, v_cache, seqlens, tables)
     best = min(times, key=times.get)
     return times[best], best
 
@@ -111,46 +117,33 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
     k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn_like(k_cache)
     k_fp8, v_fp8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
-    for model, heads in QUERY_HEADS.items():
-        for rows in batch_rows:
-            for context in CONTEXTS:
-                width = blocks_for(context, BLOCK)
-                if rows * width > NUM_BLOCKS:
-                    continue
-                query = torch.randn(rows, heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-                tables = torch.randperm(NUM_BLOCKS, device="cuda")[: rows * width].to(torch.int32)
-                tables = tables.view(rows, width)
-                seqlens = torch.randint(context // 2, context + 1, (rows,), dtype=torch.int32, device="cuda")
-                bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
-                fp8 = {}
-                for name, dtype in (("fp16", tl.float16), ("bf16", tl.bfloat16)):
-                    decode_module.FP8_DOT_DTYPE = dtype
-                    fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
-                decode_module.FP8_DOT_DTYPE = tl.float16
-                by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
-                launches = {}
-                for launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)):
-                    splits, tile, warps, stages = launch
-                    if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
-                        continue
-                    try:
-                        launches[launch] = time_us(
-                            partial(by_fp8, splits, tile, num_warps=warps, num_stages=stages)
-                        )
-                    except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
-                        continue
-                best_launch = min(launches, key=launches.get)
-                mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
-                print(
-                    f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
-                    f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, dots in "
-                    + ", ".join(
-                        f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items()
-                    )
-                    + f" | fp16 dots, best (splits, tile, warps, stages) {best_launch}: "
-                    f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)",
-                    flush=True,
-                )
+    for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
+        bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
+        fp8 = {}
+        for name, dtype in (("fp16", tl.float16), ("bf16", tl.bfloat16)):
+            decode_module.FP8_DOT_DTYPE = dtype
+            fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
+        decode_module.FP8_DOT_DTYPE = tl.float16
+        by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
+        launches = {}
+        for launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)):
+            splits, tile, warps, stages = launch
+            if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
+                continue
+            try:
+                launches[launch] = time_us(partial(by_fp8, splits, tile, num_warps=warps, num_stages=stages))
+            except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
+                continue
+        best_launch = min(launches, key=launches.get)
+        mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
+        print(
+            f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
+            f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, dots in "
+            + ", ".join(f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items())
+            + f" | fp16 dots, best (splits, tile, warps, stages) {best_launch}: "
+            f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
