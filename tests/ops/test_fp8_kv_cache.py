@@ -7,6 +7,7 @@ import torch
 import nvllm.ops  # noqa: F401
 from nvllm.ops.fp8_kv_cache import FP8_KV, dequantized_blocks
 from nvllm.ops.torch_attention import store_kvcache
+from tests.helpers.triton_interpreter import run_in_interpreter
 from tests.ops.test_attention_ops import run_paged_batch
 
 NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, NUM_HEADS = 6, 4, 2, 8, 4
@@ -94,3 +95,32 @@ def test_dequantized_blocks_are_a_scratch_cache_the_renumbered_tables_address():
             block, scratch_block = tables[row, column], scratch_tables[row, column]
             assert torch.equal(k_scratch[scratch_block].float(), k_fp8[block].float())
             assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
+
+
+def test_the_triton_decode_kernel_reads_an_fp8_cache_as_the_torch_reference_in_the_interpreter():
+    """The kernel over an fp8 cache (its dots in fp16) at lengths on the 64-token tile's edges, whole and in
+    KV splits; the GPU test does the same at the real shapes."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.fp8_kv_cache import FP8_KV
+from nvllm.ops.paged_decode_attention import paged_decode_attention
+from nvllm.ops.torch_attention import decode_attention_with_lse
+
+generator = torch.Generator().manual_seed(0)
+lengths = [1, 63, 64, 65, 300]
+rows, width = len(lengths), 3
+shape = (rows * width, 128, 2, 32)
+k_cache, v_cache = [(2 * torch.randn(shape, generator=generator)).to(FP8_KV) for _ in range(2)]
+tables = torch.randperm(rows * width, generator=generator).view(rows, width).int()
+seqlens = torch.tensor(lengths, dtype=torch.int32)
+query = torch.randn(rows, 4, 32, generator=generator).to(torch.bfloat16)
+scale = 32**-0.5
+expected_out, expected_lse = decode_attention_with_lse(query.float(), k_cache, v_cache, seqlens, tables,
+                                                       scale)
+for splits in (1, 4):
+    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, splits, 64)
+    torch.testing.assert_close(out.float(), expected_out, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, expected_lse, atol=1e-3, rtol=1e-4)
+"""
+    )
