@@ -233,7 +233,9 @@ def test_a_script_that_never_shuts_its_engine_down_exits_promptly_and_leaves_not
     """The engine collected when `main()` returns, or still alive at interpreter exit."""
     ended = tp_exit_script.run(how, "cpu", timeout_s=180)
     assert ended.returncode == 0, ended.stderr
-    assert "leaked" not in ended.stderr and "Traceback" not in ended.stderr, ended.stderr  # resource tracker
+    # the resource tracker names what was left behind (semaphores, shared memory); not nanobind's report of
+    # Triton's own objects alive at the interpreter's exit, a known issue of Triton's bindings
+    assert "resource_tracker" not in ended.stderr and "Traceback" not in ended.stderr, ended.stderr
     assert not os.path.exists(f"/dev/shm/{ended.shm}")
     assert not any(tp_exit_script.alive(pid) for pid in ended.worker_pids)
     assert ended.exit_s < 20, f"{ended.exit_s:.1f}s from the end of generate to the end of the process"

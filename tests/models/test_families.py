@@ -89,10 +89,26 @@ def test_presets_have_the_published_sizes(preset):
     assert sum(torch.Size(shape).numel() for shape in shapes.values()) == PRESET_PARAMETERS[preset]
 
 
-def config_json(tmp_path, family: str, **changes) -> str:
-    """A checkpoint directory holding only `family`'s tiny config.json with `changes` (None drops a key)."""
-    directory = write_family_checkpoint(tmp_path / family, family)
-    config = json.loads((directory / "config.json").read_text())
+@pytest.fixture(scope="module")
+def family_config(tmp_path_factory):
+    """`family`'s config.json as transformers writes it with a checkpoint: each family's written once for the
+    module, as only the config.json is read."""
+    written = {}
+
+    def config_of(family: str) -> dict:
+        if family not in written:
+            directory = write_family_checkpoint(tmp_path_factory.mktemp(family), family)
+            written[family] = (directory / "config.json").read_text()
+        return json.loads(written[family])
+
+    return config_of
+
+
+def config_json(tmp_path, config: dict, **changes) -> str:
+    """A checkpoint directory holding only `config` (a family's config.json) with `changes` (None drops a
+    key)."""
+    directory = tmp_path / "checkpoint"
+    directory.mkdir()
     config.update(changes)
     config = {key: value for key, value in config.items() if value is not None}
     (directory / "config.json").write_text(json.dumps(config))
@@ -121,9 +137,11 @@ REFUSED = [  # (family, config.json changes, the error's message)
 
 
 @pytest.mark.parametrize("family, changes, message", REFUSED)
-def test_a_setting_the_engine_does_not_implement_is_refused_by_name(tmp_path, family, changes, message):
+def test_a_setting_the_engine_does_not_implement_is_refused_by_name(
+    tmp_path, family_config, family, changes, message
+):
     with pytest.raises(ValueError, match=message):
-        model_from_checkpoint(config_json(tmp_path, family, **changes))
+        model_from_checkpoint(config_json(tmp_path, family_config(family), **changes))
 
 
 ACCEPTED = [  # settings that leave the model as it is
@@ -135,8 +153,8 @@ ACCEPTED = [  # settings that leave the model as it is
 
 
 @pytest.mark.parametrize("family, changes", ACCEPTED)
-def test_a_setting_that_leaves_the_model_unchanged_is_accepted(tmp_path, family, changes):
-    config = model_from_checkpoint(config_json(tmp_path, family, **changes))
+def test_a_setting_that_leaves_the_model_unchanged_is_accepted(tmp_path, family_config, family, changes):
+    config = model_from_checkpoint(config_json(tmp_path, family_config(family), **changes))
     assert config.architecture == FAMILIES[family][1].__name__
 
 

@@ -139,9 +139,11 @@ assert row_tile(8, 128) == 16 and row_tile(4096, 128) == 32 and row_tile(65536, 
     )
 
 
-def config_json(tmp_path, **changes) -> str:
-    directory = write_family_checkpoint(tmp_path / "moe", "qwen3_moe")
-    config = json.loads((directory / "config.json").read_text())
+def config_json(tmp_path, checkpoint, **changes) -> str:
+    """A checkpoint directory holding only `checkpoint`'s config.json with `changes`: only it is read."""
+    directory = tmp_path / "moe"
+    directory.mkdir()
+    config = json.loads((checkpoint / "config.json").read_text())
     config.update(changes)
     (directory / "config.json").write_text(json.dumps(config))
     return str(directory)
@@ -162,9 +164,11 @@ REFUSED = [
 
 
 @pytest.mark.parametrize("changes, message", REFUSED)
-def test_a_routing_the_engine_does_not_implement_is_refused_by_name(tmp_path, changes, message):
+def test_a_routing_the_engine_does_not_implement_is_refused_by_name(
+    moe_checkpoint, tmp_path, changes, message
+):
     with pytest.raises(ValueError, match=re.escape(message)):
-        model_from_checkpoint(config_json(tmp_path, **changes))
+        model_from_checkpoint(config_json(tmp_path, moe_checkpoint, **changes))
 
 
 def test_fp8_experts_are_refused_by_name(moe_checkpoint):

@@ -71,16 +71,23 @@ def descendants_of(pid: int) -> list[int]:
     return children + [grandchild for child in children for grandchild in descendants_of(child)]
 
 
+@pytest.fixture(scope="module")
+def expected() -> str:
+    """`LLM.chat`'s greedy text, for every served configuration."""
+    greedy = SamplingParams(temperature=0, max_tokens=6)
+    with LLM("tiny", enforce_eager=True, max_num_seqs=4, max_model_len=256) as llm:
+        return llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
+
+
 @pytest.mark.parametrize("tensor_parallel_size, engine_process", [(1, False), (2, False), (2, True)])
-def test_serve_answers_chat_and_exits_cleanly_on_sigterm(tmp_path, tensor_parallel_size, engine_process):
+def test_serve_answers_chat_and_exits_cleanly_on_sigterm(
+    tmp_path, expected, tensor_parallel_size, engine_process
+):
     """Tensor-parallel too: its workers and shared-memory channel must end with the server; with the engine
     in a process of its own, that process (the workers' parent) too."""
-    greedy = SamplingParams(temperature=0, max_tokens=6)
     engine = [*ENGINE, f"tensor_parallel_size={tensor_parallel_size}"]
     if not engine_process:  # the engine's own process is the default
         engine.append("--no-engine-process")
-    with LLM("tiny", enforce_eager=True, max_num_seqs=4, max_model_len=256) as llm:
-        expected = llm.chat(MESSAGES, greedy, use_tqdm=False)[0].outputs[0].text
     port, log = free_port(), tmp_path / "server.log"
     # the options between the overrides, as users write them
     command = [sys.executable, "-m", "nvllm", "serve", "tiny", engine[0], "--port", str(port), *engine[1:]]

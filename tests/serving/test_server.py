@@ -187,24 +187,34 @@ def test_a_client_leaving_mid_stream_frees_its_blocks(served):
         time.sleep(0.1)
 
 
+def assert_openai_error(response: httpx.Response, status: int, words: str) -> None:
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert words in error["message"]
+    assert (error["code"], error["type"]) == (status, ERROR_TYPES[status])
+    assert error["param"] is None
+
+
+# the app refuses these before the engine sees them: the same with either engine, so against one
+@pytest.mark.parametrize("served", ["engine thread"], indirect=True)
 @pytest.mark.parametrize(
     "body, status, words",
     [
         ({"model": "gpt-4", "prompt": "x"}, 404, "does not exist"),
         ({"prompt": "x", "temperature": -1}, 400, "temperature"),
         ({"prompt": "x", "best_of": 2}, 400, "best_of"),
-        ({"prompt": "x " * 5000}, 400, "max_model_len"),
         ({"prompt": "x" * 30_000}, 413, "exceeds the limit"),
         ({"prompt": "x", "stream": "yes"}, 400, "stream"),
     ],
 )
 def test_bad_requests_get_openai_errors(served, body, status, words):
-    response = httpx.post(served[0] + "/v1/completions", json=body)
-    assert response.status_code == status
-    error = response.json()["error"]
-    assert words in error["message"]
-    assert (error["code"], error["type"]) == (status, ERROR_TYPES[status])
-    assert error["param"] is None
+    assert_openai_error(httpx.post(served[0] + "/v1/completions", json=body), status, words)
+
+
+def test_a_prompt_over_max_model_len_gets_an_openai_error(served):
+    """The engine refuses it (in its own process, the child's ValueError): with either engine."""
+    response = httpx.post(served[0] + "/v1/completions", json={"prompt": "x " * 5000})
+    assert_openai_error(response, 400, "max_model_len")
 
 
 def test_malformed_json_and_models(served, client):
@@ -218,6 +228,7 @@ def test_malformed_json_and_models(served, client):
     assert httpx.get(served[0] + "/health").status_code == 200
 
 
+@pytest.mark.parametrize("served", ["engine thread"], indirect=True)  # the app's guard, before any engine
 def test_api_key(served):
     guarded = build_app(served[3], served[4], "tiny", api_key="secret")
     web = TestClient(guarded)  # no lifespan: the served engine stays up
