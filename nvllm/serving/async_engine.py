@@ -19,7 +19,7 @@ from nvllm.outputs import CompletionOutput
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 from nvllm.serving.served_engine import EngineStats, FinishedRequest, engine_stats
-from nvllm.serving.serving_rules import admit, drop, set_round_length
+from nvllm.serving.serving_rules import admit, drop, serve_step
 
 END = object()  # the last item of a request's stream
 
@@ -205,11 +205,8 @@ class AsyncEngine:
             _resolve(done.get_loop(), done, None)
 
     def _step(self) -> None:
-        set_round_length(self.engine, any(request.streaming for request in self._active.values()))
-        try:
-            self.engine.step()
-        except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
-            self.engine.abort_all()
+        streaming = any(request.streaming for request in self._active.values())
+        if (error := serve_step(self.engine, streaming)) is not None:
             for request in list(self._active.values()):
                 request.put(error)
                 self._end(request)

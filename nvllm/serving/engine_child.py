@@ -25,7 +25,7 @@ from nvllm.llm import LLM
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 from nvllm.serving.served_engine import EngineStats, FinishedRequest, engine_stats
-from nvllm.serving.serving_rules import admit, drop, set_round_length
+from nvllm.serving.serving_rules import admit, drop, serve_step
 
 
 def run_engine(conn: Connection, config: EngineConfig) -> None:
@@ -168,11 +168,8 @@ class ServingLoop:
         self.end(request_id)
 
     def step(self) -> None:
-        set_round_length(self.engine, any(request.streaming for request in self.active.values()))
-        try:
-            self.engine.step()
-        except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
-            self.engine.abort_all()
+        streaming = any(request.streaming for request in self.active.values())
+        if (error := serve_step(self.engine, streaming)) is not None:
             error = picklable(error)
             for request_id in list(self.active):
                 self.events.append(("error", request_id, error))

@@ -44,3 +44,15 @@ def set_round_length(engine: LLMEngine, streaming: bool) -> None:
     are sampled; otherwise multi-step rounds keep their throughput."""
     decode = engine.scheduler.decode
     decode.num_decode_steps = 1 if streaming else engine.config.scheduler.num_decode_steps
+
+
+def serve_step(engine: LLMEngine, streaming: bool) -> Exception | None:
+    """One step, in rounds as `set_round_length` says; a step that raised drops every request (the engine
+    stays usable, the server runs on) and its error is returned for the caller to fail them with."""
+    set_round_length(engine, streaming)
+    try:
+        engine.step()
+    except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
+        engine.abort_all()
+        return error
+    return None

@@ -89,3 +89,24 @@ def test_a_reader_behind_gets_each_samples_queued_deltas_as_one():
         end,
         CompletionOutput(1, "z", [7], logprobs=[{7: -1.0}], cumulative_logprob=-4.0),
     ]
+
+
+def test_a_step_that_raises_fails_its_requests_and_the_engine_serves_on(engine, monkeypatch):
+    llm, blocks = engine.engine, engine.engine.block_manager
+    prompt = random_prompt(20, seed=11)
+    expected = llm.generate([prompt], GREEDY, use_tqdm=False)[0].outputs[0].token_ids
+    real_launch = llm.launch
+
+    def failing_launch(batch):  # after the step scheduled the request (its blocks taken)
+        monkeypatch.setattr(llm, "launch", real_launch)  # only this one step fails
+        raise RuntimeError("the device fell over")
+
+    async def main():
+        monkeypatch.setattr(llm, "launch", failing_launch)
+        request = await engine.add_request(prompt, GREEDY)
+        with pytest.raises(RuntimeError, match="the device fell over"):
+            [delta async for delta in request.deltas()]
+        assert blocks.num_free_blocks == blocks.num_blocks and engine.num_active == 0
+        return await tokens_of(engine, prompt, streaming=True)
+
+    assert asyncio.run(main()) == expected
