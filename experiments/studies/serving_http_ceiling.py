@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import threading
 from contextlib import contextmanager
 
@@ -40,6 +41,7 @@ class StandInEngine:
         self.max_model_len = 1 << 20
         self.step_s = step_s
         self._active: dict[str, tuple[ServedRequest, list[int]]] = {}
+        self._ids = itertools.count()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._steps, name="stand-in-engine", daemon=True)
@@ -52,8 +54,8 @@ class StandInEngine:
         return token_ids_of(prompt, self.tokenizer)
 
     async def add_request(self, prompt, params: SamplingParams, request_id=None, priority=0, streaming=True):
-        request = ServedRequest.taken(request_id or f"req-{id(prompt)}", self.tokenize(prompt), params,
-                                      priority, streaming)  # fmt: skip
+        request_id = request_id or f"req-{next(self._ids)}"
+        request = ServedRequest.taken(request_id, self.tokenize(prompt), params, priority, streaming)
         with self._lock:
             self._active[request.request_id] = (request, [0])
         settle(request.accepted, None)
