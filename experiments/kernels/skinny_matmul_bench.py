@@ -1,5 +1,5 @@
 """Small-batch matmul kernels on the GPU: cuBLAS (`F.linear`) against `skinny_matmul` in each of its block
-configurations, for Qwen3-0.6B's and -8B's weight shapes; prints a table
+configurations, for Qwen3-0.6B's, -8B's and -30B-A3B's weight shapes; prints a table
 and the best configuration per shape (what `nvllm.ops.skinny_matmul.CONFIGS` holds). With `--gated`, the
 MLP's gate/up projections with their activation (`GATED_CONFIGS`): cuBLAS, or the plain skinny matmul in
 the table's configuration, then the activation's kernel, against the skinny matmul with the activation in
@@ -37,10 +37,12 @@ import triton
 from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
-SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head
+SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head; a MoE model's qkv, o, router, LM head
     "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
     "qwen3-8b": [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (151936, 4096)],
+    "qwen3-30b-a3b": [(5120, 2048), (2048, 4096), (128, 2048), (151936, 2048)],
 }
+DENSE_MODELS = ("qwen3-0.6b", "qwen3-8b")  # a gate/up projection third in their shapes
 ROWS = (1, 2, 8, 16)
 CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5)))
 WIDE_CONFIGS = list(itertools.product((16, 32, 64), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
@@ -144,8 +146,8 @@ def gated_projections() -> None:
     plain skinny matmul in the table's configuration then the activation's kernel, and the skinny matmul
     with the activation in its epilogue in each configuration."""
     torch.manual_seed(0)
-    for model, shapes in SHAPES.items():
-        n, k = shapes[2]
+    for model in DENSE_MODELS:
+        n, k = SHAPES[model][2]
         weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in ROWS}
         cublas = {m: time_us(partial(activated, partial(F.linear, weight=weight), xs[m])) for m in ROWS}

@@ -18,10 +18,10 @@ the equal ones), so on an exact tie the two may choose different experts; otherw
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nvllm.distributed.group import all_reduce, tp_rank, tp_size
+from nvllm.ops.linear_ops import apply_linear
 from nvllm.ops.moe_ops import fused_experts
 
 
@@ -36,6 +36,16 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[t
     return weights.to(router_logits.dtype), ids
 
 
+def padding_follows_first(
+    weights: torch.Tensor, ids: torch.Tensor, padding: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The routing with each padding token sent to the first token's experts at weight 0. Routed by their
+    own (meaningless) hidden states, padding tokens would read experts of their own: a single stream, padded
+    to two rows, would read up to twice the experts' bytes a step. Their outputs become zeros."""
+    padding = padding[:, None]
+    return torch.where(padding, 0.0, weights).to(weights.dtype), torch.where(padding, ids[:1], ids)
+
+
 class Router(nn.Module):
     """The router's `[E, H]` weight, whole on every rank."""
 
@@ -44,7 +54,7 @@ class Router(nn.Module):
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return apply_linear(x, self.weight)
 
 
 class ExpertWeights(nn.Module):
@@ -91,7 +101,11 @@ class FusedMoE(nn.Module):
         self.gate = Router(hidden_size, num_experts)
         self.experts = ExpertWeights(num_experts, hidden_size, intermediate_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
+        """`padding` [T] bool: the step's padding tokens, whose outputs nobody reads
+        (`padding_follows_first`)."""
         weights, ids = route(self.gate(x), self.top_k, self.renormalize)
+        if padding is not None:
+            weights, ids = padding_follows_first(weights, ids, padding)
         experts = self.experts
         return all_reduce(fused_experts(x, experts.gate_up_proj, experts.down_proj, weights, ids))

@@ -21,6 +21,7 @@ from nvllm.config import ModelConfig
 from nvllm.distributed.group import tp_size
 from nvllm.layers.attention import Attention, AttentionMetadata
 from nvllm.layers.embed_head import ParallelLMHead, VocabParallelEmbedding
+from nvllm.layers.fused_moe import FusedMoE
 from nvllm.layers.linear import GateUpSiluParallelLinear, QKVParallelLinear, RowParallelLinear
 from nvllm.layers.norm import RMSNorm
 from nvllm.layers.rotary import RotaryEmbedding
@@ -91,6 +92,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = DecoderAttention(config, shape)
         self.mlp = mlp
+        self.mlp_routes_tokens = isinstance(mlp, FusedMoE)  # it is told the step's padding tokens
         # fp8 matmuls quantize their activations: the norms before them leave that to inductor to fuse
         fuse_norms = config.quantization == "fp8"
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fuse_norms)
@@ -100,6 +102,8 @@ class DecoderLayer(nn.Module):
         hidden_states, residual = self.input_layernorm(hidden_states, residual)
         hidden_states = self.self_attn(positions, hidden_states, meta)
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        if self.mlp_routes_tokens:
+            return self.mlp(hidden_states, padding=meta.slot_mapping < 0), residual
         return self.mlp(hidden_states), residual
 
 

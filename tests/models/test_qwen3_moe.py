@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from nvllm import LLM, SamplingParams
 from nvllm.config import EngineConfig, ParallelConfig
-from nvllm.layers.fused_moe import route
+from nvllm.layers.fused_moe import FusedMoE, padding_follows_first, route
 from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
@@ -86,6 +86,24 @@ def test_router_ties_go_to_the_lower_expert_index():
     assert ids.tolist() == [[2, 3, 4], [0, 1, 2]]
     share = math.exp(2) / (2 * math.exp(0) + 2 * math.exp(1) + 4 * math.exp(2))  # softmax of a tied expert
     torch.testing.assert_close(weights, torch.tensor([[share] * 3, [1 / 8] * 3]))
+
+
+def test_padding_tokens_take_the_first_tokens_experts_and_add_nothing():
+    """A step's padding tokens (no KV slot) read no experts of their own: they follow the first token's
+    routing at weight 0, and the real tokens' outputs are those of the unpadded batch."""
+    torch.manual_seed(0)
+    layer = FusedMoE(hidden_size=16, num_experts=8, top_k=2, intermediate_size=8, renormalize=True)
+    for param in layer.parameters():
+        param.data.normal_(std=0.3)
+    x = torch.randn(5, 16)
+    padding = torch.tensor([False, False, False, True, True])
+    weights, ids = route(layer.gate(x), top_k=2, renormalize=True)
+    followed_weights, followed_ids = padding_follows_first(weights, ids, padding)
+    assert followed_ids.tolist() == ids[:3].tolist() + [ids[0].tolist()] * 2
+    assert followed_weights[3:].eq(0).all() and torch.equal(followed_weights[:3], weights[:3])
+    padded = layer(x, padding=padding)
+    torch.testing.assert_close(padded[:3], layer(x[:3]), atol=1e-6, rtol=1e-6)
+    assert padded[3:].eq(0).all()
 
 
 def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():
