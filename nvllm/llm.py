@@ -116,7 +116,8 @@ class LLM(LLMEngine):
     def _exclusive(self, streaming: bool = False):
         """The engine for one generate or stream call (see EngineOwnership). Requests of a hand-written
         add_request/step loop are refused rather than run and dropped by this call. A stream's decode rounds
-        are one step long, so that each token reaches it one model step after it is sampled."""
+        are one step long, so that each token reaches it one model step after it is sampled
+        (`Scheduler.set_streaming`)."""
         with self._ownership.call():
             if not self.is_finished():
                 raise RuntimeError(
@@ -124,11 +125,11 @@ class LLM(LLMEngine):
                     "before generate or stream"
                 )
             if streaming:
-                self.scheduler.decode.num_decode_steps = 1
+                self.scheduler.set_streaming(True)
             try:
                 yield
             finally:
-                self.scheduler.decode.num_decode_steps = self.config.scheduler.num_decode_steps
+                self.scheduler.set_streaming(False)
 
     def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
         """The requests of a call as (token ids, params, priority), every one checked."""

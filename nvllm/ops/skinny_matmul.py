@@ -118,6 +118,12 @@ CONFIGS: dict[tuple[int, int], Config | None] = {
     (24576, 4096): (64, 128, 4, 3),
     (4096, 12288): (32, 512, 4, 4),
     (151936, 4096): (64, 256, 4, 3),
+    # Qwen3-30B-A3B: qkv, o, router, LM head (`--model qwen3-30b-a3b`,
+    # experiments/results/2026-12-02-h200-qwen3-moe.md)
+    (5120, 2048): (64, 128, 4, 5),
+    (2048, 4096): (16, 512, 4, 4),
+    (128, 2048): (16, 512, 4, 3),
+    (151936, 2048): (64, 128, 4, 5),
 }
 # The gated kernel's, per packed `[gate; up]` weight shape (2 x intermediate, hidden), the fastest
 # `experiments.kernels.skinny_matmul_bench --gated` found

@@ -59,10 +59,17 @@ class Scheduler:
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
 
+    def set_streaming(self, streaming: bool) -> None:
+        """While a stream wants each token as it is sampled: decode rounds of one step, and prompts that wait
+        for room admitted together once a full round's steps (`Admission.holds`)."""
+        self.decode.num_decode_steps = 1 if streaming else self.config.num_decode_steps
+        self.admission.refills_by_round = streaming
+
     def schedule(self) -> ScheduledBatch:
         batch = self.admission.schedule()
         if not batch.seqs:
             batch = self.decode.schedule()
+            self.admission.decoded(batch)
         batch.block_copies = self.lifecycle.take_block_copies()
         return batch
 
@@ -73,7 +80,10 @@ class Scheduler:
         a prompt to admit, a sequence to preempt, one that did not take part in `in_flight`."""
         if in_flight.is_prefill or self.admission.can_admit():
             return None
-        return self.decode.next_round()
+        batch = self.decode.next_round()
+        if batch is not None:
+            self.admission.decoded(batch)
+        return batch
 
     def launched(self, batch: ScheduledBatch) -> None:
         self.postprocessor.launched(batch)

@@ -41,9 +41,8 @@ def drop(engine: LLMEngine, samples: list[Sequence], cursors: list[StreamCursor]
 
 def set_round_length(engine: LLMEngine, streaming: bool) -> None:
     """While any streaming request runs, decode rounds are one step long so that its tokens leave as they
-    are sampled; otherwise multi-step rounds keep their throughput."""
-    decode = engine.scheduler.decode
-    decode.num_decode_steps = 1 if streaming else engine.config.scheduler.num_decode_steps
+    are sampled (`Scheduler.set_streaming`); otherwise multi-step rounds keep their throughput."""
+    engine.scheduler.set_streaming(streaming)
 
 
 def serve_step(engine: LLMEngine, streaming: bool) -> Exception | None:

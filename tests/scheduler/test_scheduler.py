@@ -159,3 +159,61 @@ def test_no_sequence_grows_past_max_model_len(reference):
     params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
     outputs = reference.generate(prompts, params, use_tqdm=False)
     assert [len(o["token_ids"]) for o in outputs] == [1, 2, 5, 21]
+
+
+def admissions_and_decode_steps(llm):
+    """A spy on the scheduler's admission: per scheduled batch, ("admit", prompts admitted, prompts still
+    waiting, free token-table rows before) or ("decode", steps)."""
+    admission, events = llm.scheduler.admission, []
+    schedule, decoded = admission.schedule, admission.decoded
+
+    def schedule_spy():
+        waiting, free_rows = len(admission.lifecycle.waiting), len(admission.lifecycle.token_rows.free_rows)
+        batch = schedule()
+        admitted = waiting - len(admission.lifecycle.waiting)
+        if admitted:
+            events.append(("admit", admitted, waiting, free_rows))
+        return batch
+
+    admission.schedule = schedule_spy
+    admission.decoded = lambda batch: (events.append(("decode", batch.num_steps)), decoded(batch))
+    return events
+
+
+def test_a_saturated_stream_admits_waiting_prompts_together_once_a_round(expected):
+    """Streams take decode rounds of one step; prompts that wait for room are still admitted together, once
+    every `num_decode_steps` decode steps, not one by one as each sequence ends. Same tokens as alone."""
+    steps = 4
+    with engine(num_kvcache_blocks=256, max_num_seqs=2, num_decode_steps=steps) as llm:
+        events = admissions_and_decode_steps(llm)
+        streamed = {}
+        for index, delta in llm.stream(PROMPTS, PARAMS):
+            streamed.setdefault(index, []).extend(delta.token_ids)
+    assert [streamed[i] for i in range(len(PROMPTS))] == [e.outputs[0].token_ids for e in expected]
+    admits = [i for i, event in enumerate(events) if event[0] == "admit"]
+    saturated_admits = 0
+    for before, after in zip(admits, admits[1:]):
+        _, _, waiting, free_rows = events[after]
+        decode_steps = sum(event[1] for event in events[before:after] if event[0] == "decode")
+        if waiting > free_rows:  # more waiting than room: admitted only once a round's steps
+            saturated_admits += 1
+            assert decode_steps >= steps, f"admitted after {decode_steps} decode steps: {events}"
+    assert saturated_admits >= 1, events
+
+
+def test_a_stream_below_saturation_admits_a_new_prompt_at_once(reference):
+    """With room for it, a prompt that arrives while streams decode is admitted at once: after the round in
+    flight, not after a round's worth of steps."""
+    llm = reference
+    llm.scheduler.set_streaming(True)
+    try:
+        first = llm.add_request(PROMPTS[0], SamplingParams(temperature=0, max_tokens=20))
+        llm.step(), llm.step(), llm.step()
+        second = llm.add_request(PROMPTS[1], SamplingParams(temperature=0, max_tokens=2))
+        llm.step(), llm.step()
+        assert second.num_uncomputed_tokens <= 1 and not llm.scheduler.waiting
+        llm.abort_all()
+    finally:
+        llm.scheduler.set_streaming(False)
+    assert first is not second
+    assert_engine_idle(llm)
