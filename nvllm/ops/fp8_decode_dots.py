@@ -83,10 +83,13 @@ def decode_reference(
     num_splits: int = 1,
     block_n: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The decode kernel's output (fp32) and log-sum-exp in mode `fp8_dots`, in fp32 math with the same
-    quantization: the same splits and tiles of `block_n` tokens, since "qk_pv" rounds each tile's weights
-    against the running maximum of the tiles before it. Operands that "none" and "swapped_qk" convert to
-    fp16 are taken as they are (fp16 rounds the weights by at most 2^-11)."""
+    """The decode kernel's output (fp32) and log-sum-exp in mode `fp8_dots`, on the CPU in fp32 math with
+    the same quantization: the same splits and tiles of `block_n` tokens, since "qk_pv" rounds each tile's
+    weights against the running maximum of the tiles before it. Operands that "none" and "swapped_qk"
+    convert to fp16 are taken as they are (fp16 rounds the weights by at most 2^-11)."""
+    query, k_cache, v_cache, seqlens_k, block_tables = (
+        tensor.cpu() for tensor in (query, k_cache, v_cache, seqlens_k, block_tables)
+    )
     rows, num_heads, head_dim = query.shape
     group = num_heads // k_cache.shape[2]
     if fp8_dots in ("qk", "qk_pv"):
@@ -98,8 +101,8 @@ def decode_reference(
     lse = torch.full((rows, num_heads), float("-inf"))
     for row, length in enumerate(seqlens_k.tolist()):
         blocks = block_tables[row].long()
-        keys = k_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1).cpu()
-        values = v_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1).cpu()
+        keys = k_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1)
+        values = v_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1)
         split_len = triton.cdiv(triton.cdiv(length, num_splits), block_n) * block_n
         parts = []
         for split_start in range(0, length, max(split_len, 1)):
@@ -107,9 +110,7 @@ def decode_reference(
             normaliser, acc = torch.zeros(num_heads), torch.zeros(num_heads, head_dim)
             for start in range(split_start, min(length, split_start + split_len), block_n):
                 end = min(length, start + block_n, split_start + split_len)
-                scores = (
-                    torch.einsum("hd,khd->hk", query[row].cpu(), keys[start:end]) * row_scale[row, :, None]
-                )
+                scores = torch.einsum("hd,khd->hk", query[row], keys[start:end]) * row_scale[row, :, None]
                 new_max = torch.maximum(running_max, scores.amax(1))
                 weights = torch.exp(scores - new_max[:, None])
                 rescale = torch.exp(running_max - new_max)
