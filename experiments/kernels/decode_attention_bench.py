@@ -13,7 +13,7 @@ and the fp16 one's best launch over splits, tiles (up to 256 tokens), warps and 
 fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
 
 With `--fp8-dots none,qk,qk_pv,swapped_qk`: the Triton kernel over the same fp8 cache in each of those modes
-of its dots (`nvllm.ops.fp8_decode_dots`) beside it over the bf16 cache, at the engine's split count
+of its dots (`nvllm.ops.fp8_dots`) beside it over the bf16 cache, at the engine's split count
 (`FlashAttnBackend.decode_kv_splits`) in both tiles, at 16, 128 and 256 rows (or `--rows`) and contexts of
 up to 1,024 and 4,096 tokens: µs, and TB/s of the cache's own bytes (which mode the default should be).
 

@@ -18,7 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.fp8_decode_dots import WEIGHT_SCALE, check_fp8_dots, quantized_query, quantized_weights
+from nvllm.ops.fp8_dots import check_fp8_dots
+from nvllm.ops.fp8_dots_kernel import WEIGHT_SCALE, quantized_query, quantized_weights
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
@@ -66,7 +67,7 @@ def _paged_decode_kernel(
     SWAPPED_QK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # QK_FP8, PV_FP8, SWAPPED_QK: the modes of `fp8_dots` (nvllm.ops.fp8_decode_dots)
+    # QK_FP8, PV_FP8, SWAPPED_QK: the modes of `fp8_dots` (nvllm.ops.fp8_dots)
     wait_for_prior_kernel(PDL)
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -202,7 +203,7 @@ def paged_decode_attention(
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
     each row's KV in `num_splits` parts (a power of two) read by programs of their own, `block_n` KV tokens a
     loop iteration (by default what `tile_tokens` picks), its dots over an fp8 cache as `fp8_dots` says
-    (`nvllm.ops.fp8_decode_dots`; a 16-bit cache takes "none" only). Returns the output and the natural-log
+    (`nvllm.ops.fp8_dots`; a 16-bit cache takes "none" only). Returns the output and the natural-log
     log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
     check_fp8_dots(fp8_dots, k_cache.dtype)
     rows, num_heads, head_dim = query.shape

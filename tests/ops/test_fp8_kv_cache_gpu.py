@@ -50,10 +50,10 @@ def test_triton_decode_kernel_in_each_fp8_dots_mode_is_its_reference(
     """Against the mode's torch reference (same quantization, fp32): the GPU's exp and its dots' order of
     accumulation may move a rare weight across an e4m3 rounding midpoint (a step of at most 2^-3 of that
     weight), hence the existing fp8 test's tolerance. Against float attention of the query the dots see,
-    within the bound the weights' and the output's roundings explain (tests/ops/test_fp8_decode_dots.py)."""
-    from nvllm.ops.fp8_decode_dots import decode_reference
+    within the bound the weights' and the output's roundings explain (tests/ops/test_fp8_dots.py)."""
+    from nvllm.ops.fp8_dots import decode_reference
     from nvllm.ops.paged_decode_attention import paged_decode_attention
-    from tests.ops.test_fp8_decode_dots import float_attention_of_its_query, weight_rounding_bounds
+    from tests.ops.test_fp8_dots import float_attention_of_its_query, weight_rounding_bounds
 
     generator = torch.Generator().manual_seed(num_splits + num_heads)
     rows, width = len(TILE_EDGE_LENGTHS), 9

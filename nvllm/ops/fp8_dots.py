@@ -1,6 +1,7 @@
 """Which of the decode kernel's two dots run on the fp8 tensor cores over an fp8 KV cache (`fp8_dots`), their
-quantization (one owner: the Triton helpers and the torch functions below round alike), and a torch reference
-of the kernel in each mode.
+quantization (the Triton helpers in `nvllm.ops.fp8_dots_kernel` round as the torch functions here do), and a
+torch reference of the kernel in each mode, which the torch backend runs where a mode is asked for. No Triton
+here: the config and the CPU backend import it.
 
 - "none": K and V converted to fp16 in registers, both dots in fp16 (exact conversions).
 - "qk": the query quantized to e4m3 per (row, query head), scale `amax / 448` so that its largest element
@@ -23,15 +24,12 @@ A 16-bit cache takes "none" only.
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 
 from nvllm.ops.fp8_kv_cache import FP8_KV
 
 FP8_DOTS = ("none", "qk", "qk_pv", "swapped_qk")
-# constexprs, which the kernels may read as globals; `.value` in torch code
-E4M3_MAX = tl.constexpr(448.0)  # e4m3's largest finite value
-WEIGHT_SCALE = tl.constexpr(256.0)
+E4M3_MAX = 448.0  # e4m3's largest finite value
+WEIGHT_SCALE = 256.0
 
 
 def check_fp8_dots(fp8_dots: str, cache_dtype: torch.dtype) -> None:
@@ -42,34 +40,22 @@ def check_fp8_dots(fp8_dots: str, cache_dtype: torch.dtype) -> None:
         raise ValueError(f"fp8_dots={fp8_dots!r} reads an fp8 KV cache; this cache is {cache_dtype}")
 
 
-@triton.jit
-def quantized_query(query):
-    """`query` `[rows, head_dim]` in e4m3, each row scaled by its own `amax / 448` (a zero row by 1), and the
-    scales (fp32). IEEE divisions, as torch's, so both round the same values."""
-    query = query.to(tl.float32)
-    amax = tl.max(tl.abs(query), 1)
-    query_scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
-    quantized = tl.math.div_rn(query, query_scale[:, None]).to(tl.float8e4nv)
-    return quantized, query_scale
-
-
-@triton.jit
-def quantized_weights(weights):
-    """Softmax weights in [0, 1] times WEIGHT_SCALE in e4m3 (exact scaling, then one rounding)."""
-    return (weights * WEIGHT_SCALE).to(tl.float8e4nv)
-
-
 def to_e4m3(values: torch.Tensor) -> torch.Tensor:
     """fp32 `values` rounded to nearest e4m3 (saturating, as the GPU's conversion does), as fp32."""
-    return values.clamp(-E4M3_MAX.value, E4M3_MAX.value).to(FP8_KV).float()
+    return values.clamp(-E4M3_MAX, E4M3_MAX).to(FP8_KV).float()
 
 
 def quantize_query(query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`quantized_query` in torch over `[..., head_dim]`: the e4m3 values (as fp32) and the scales `[...]`."""
+    """The kernel's query quantization in torch, over `[..., head_dim]`: the e4m3 values (as fp32) and the
+    scales `[...]`."""
     query = query.float()
     amax = query.abs().amax(-1)
-    query_scale = torch.where(amax > 0, amax / E4M3_MAX.value, torch.ones_like(amax))
+    query_scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
     return to_e4m3(query / query_scale[..., None]), query_scale
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def decode_reference(
@@ -103,7 +89,7 @@ def decode_reference(
         blocks = block_tables[row].long()
         keys = k_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1)
         values = v_cache[blocks].flatten(0, 1)[:length].float().repeat_interleave(group, 1)
-        split_len = triton.cdiv(triton.cdiv(length, num_splits), block_n) * block_n
+        split_len = _cdiv(_cdiv(length, num_splits), block_n) * block_n  # as the kernel cuts a row
         parts = []
         for split_start in range(0, length, max(split_len, 1)):
             running_max = torch.full((num_heads,), float("-inf"))
@@ -116,7 +102,7 @@ def decode_reference(
                 rescale = torch.exp(running_max - new_max)
                 normaliser = normaliser * rescale + weights.sum(1)
                 if fp8_dots == "qk_pv":
-                    weights = to_e4m3(weights * WEIGHT_SCALE.value) / WEIGHT_SCALE.value
+                    weights = to_e4m3(weights * WEIGHT_SCALE) / WEIGHT_SCALE
                 acc = acc * rescale[:, None] + torch.einsum("hk,khd->hd", weights, values[start:end])
                 running_max = new_max
             parts.append((acc / normaliser[:, None], running_max + torch.log(normaliser)))

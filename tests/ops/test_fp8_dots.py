@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nvllm.ops.fp8_decode_dots import FP8_DOTS, decode_reference, quantize_query
+from nvllm.ops.fp8_dots import FP8_DOTS, decode_reference, quantize_query
 from nvllm.ops.fp8_kv_cache import FP8_KV
 from nvllm.ops.torch_attention import decode_attention_with_lse
 from tests.helpers.triton_interpreter import E4M3_CONVERSION_AS_ON_THE_GPU, run_in_interpreter
@@ -126,9 +126,9 @@ def test_the_triton_kernel_in_each_mode_is_its_reference_in_the_interpreter():
         E4M3_CONVERSION_AS_ON_THE_GPU
         + f"""
 import torch
-from nvllm.ops.fp8_decode_dots import decode_reference
+from nvllm.ops.fp8_dots import decode_reference
 from nvllm.ops.paged_decode_attention import paged_decode_attention
-from tests.ops.test_fp8_decode_dots import paged_case
+from tests.ops.test_fp8_dots import paged_case
 
 case = paged_case([1, 63, 64, 65, 300], seed=3)
 for fp8_dots in {list(FP8_DOTS)}:
