@@ -107,6 +107,28 @@ def test_each_mode_is_float_attention_of_its_rounded_query_within_its_weights_ro
     assert query_moved > 1e-2  # and the query's rounding moved the output
 
 
+def small_weights_case():
+    """One token of score 8 and V 0, then 1,000 of score 0 and V 1: each of those weighs e^-8 = 3.4e-4 of the
+    first, under half e4m3's smallest subnormal (2^-10), so unscaled they would round to zero and the output
+    with them; times 256 they are normal e4m3 values (0.0859 to within 2^-4). Returns the kernel's arguments
+    and float attention's output, 1000 e^-8 / (1 + 1000 e^-8)."""
+    length, head_dim = 1001, 16
+    k_cache, v_cache = torch.zeros(2, 4, 256, 1, head_dim)
+    k_cache.view(-1, head_dim)[0, 0] = 8.0
+    v_cache.view(-1, head_dim)[1:length] = 1.0
+    query = torch.zeros(1, 2, head_dim)
+    query[..., 0] = 1.0
+    case = (query, k_cache.to(FP8_KV), v_cache.to(FP8_KV), torch.tensor([length]), torch.arange(4)[None], 1.0)
+    small = 1000 * math.exp(-8)
+    return case, small / (1 + small)
+
+
+def test_qk_pv_keeps_weights_far_below_the_largest_instead_of_flushing_them():
+    case, expected = small_weights_case()
+    out, _ = decode_reference(*case, "qk_pv")
+    assert out.flatten().tolist() == pytest.approx([expected] * out.numel(), rel=E4M3_HALF_STEP)
+
+
 def test_a_mode_over_a_16_bit_cache_or_an_unknown_mode_is_a_value_error():
     from nvllm.ops.paged_decode_attention import paged_decode_attention
 
@@ -121,14 +143,14 @@ def test_a_mode_over_a_16_bit_cache_or_an_unknown_mode_is_a_value_error():
 def test_the_triton_kernel_in_each_mode_is_its_reference_in_the_interpreter():
     """At lengths on the 64-token tile's edges, whole and in KV splits, a group of 2 query heads padded to
     16 rows (the padding's zero rows must not turn into NaN scales). The output is bf16: one rounding of
-    the reference's (2^-8 relative, a last-bit tie either way)."""
+    the reference's (2^-8 relative, a last-bit tie either way). And the small weights' case in "qk_pv"."""
     run_in_interpreter(
         E4M3_CONVERSION_AS_ON_THE_GPU
         + f"""
 import torch
 from nvllm.ops.fp8_dots import decode_reference
 from nvllm.ops.paged_decode_attention import paged_decode_attention
-from tests.ops.test_fp8_dots import paged_case
+from tests.ops.test_fp8_dots import paged_case, small_weights_case
 
 case = paged_case([1, 63, 64, 65, 300], seed=3)
 for fp8_dots in {list(FP8_DOTS)}:
@@ -137,5 +159,8 @@ for fp8_dots in {list(FP8_DOTS)}:
         expected_out, expected_lse = decode_reference(*case, fp8_dots, splits, 64)
         torch.testing.assert_close(out.float(), expected_out, atol=1e-3, rtol=2**-7, msg=fp8_dots)
         torch.testing.assert_close(lse, expected_lse, atol=1e-5, rtol=1e-5, msg=fp8_dots)
+small_weights, expected = small_weights_case()
+out, _ = paged_decode_attention(*small_weights, 1, 64, fp8_dots="qk_pv")
+torch.testing.assert_close(out, torch.full_like(out, expected), atol=0, rtol=2**-4)
 """
     )
