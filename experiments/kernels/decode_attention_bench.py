@@ -16,6 +16,9 @@ With `--fp8-dots none,qk,qk_pv,swapped_qk`: the Triton kernel over the same fp8 
 of its dots (`nvllm.ops.fp8_dots`) beside it over the bf16 cache, at the engine's split count
 (`FlashAttnBackend.decode_kv_splits`) in both tiles, at 16, 128 and 256 rows (or `--rows`) and contexts of
 up to 1,024 and 4,096 tokens: µs, and TB/s of the cache's own bytes (which mode the default should be).
+Then the tensor-core instructions each compiled variant of the kernel uses (from its PTX in Triton's cache):
+whether the fp8 dots run as fp8 MMAs (`...e4m3.e4m3...`) or were promoted to fp16, and whether a variant
+got Hopper's warpgroup MMA (`wgmma`) or the warp-level one (`mma.sync`).
 
 `python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 | --fp8-dots MODES]`"""
 
@@ -23,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import re
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import torch
 import triton
@@ -152,6 +158,16 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
         )
 
 
+def compiled_mma_instructions() -> list[str]:
+    """Per compiled variant of the decode kernel in Triton's cache, its PTX's distinct MMA instructions."""
+    cache = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+    lines = []
+    for ptx in sorted(cache.glob("*/_paged_decode_kernel.ptx")):
+        found = sorted(set(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)\.[\w.]+", ptx.read_text())))
+        lines.append(f"{ptx.parent.name[:12]}: {', '.join(found) or 'no MMA'}")
+    return lines
+
+
 FP8_DOTS_ROWS = (16, 128, 256)
 FP8_DOTS_CONTEXTS = (1024, 4096)
 
@@ -183,6 +199,9 @@ def fp8_dots_main(batch_rows: tuple[int, ...], modes: list[str]) -> None:
             + " | ".join(timed.values()),
             flush=True,
         )
+    print(
+        "MMA instructions by compiled variant of the decode kernel:", *compiled_mma_instructions(), sep="\n  "
+    )
 
 
 if __name__ == "__main__":
