@@ -12,8 +12,8 @@ dots in fp16 and in bf16 (`paged_decode_attention.FP8_DOT_DTYPE`), each in its b
 and the fp16 one's best launch over splits, tiles (up to 256 tokens), warps and pipeline stages: what an
 fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
 
-With `--fp8-dots none,qk,qk_pv,swapped_qk`: the Triton kernel over the same fp8 cache in each of those modes
-of its dots (`nvllm.ops.fp8_dots`) beside it over the bf16 cache, at the engine's split count
+With `--fp8-dots none,qk,qk_pv,swapped_qk,swapped`: the Triton kernel over the same fp8 cache in each of
+those modes of its dots (`nvllm.ops.fp8_dots`) beside it over the bf16 cache, at the engine's split count
 (`FlashAttnBackend.decode_kv_splits`) in both tiles, at 16, 128 and 256 rows (or `--rows`) and contexts of
 up to 1,024 and 4,096 tokens: µs, and TB/s of the cache's own bytes (which mode the default should be).
 Then the tensor-core instructions each compiled variant of the kernel uses (from its PTX in Triton's cache):

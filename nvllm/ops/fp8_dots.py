@@ -17,6 +17,7 @@ here: the config and the CPU backend import it.
 - "swapped_qk": the scores as K·Qᵀ, K (converted to fp16 in registers) the left operand `[tokens, head_dim]`
   and the query the right `[head_dim, 16]`, so that the converted K is an operand in registers instead of
   being staged through shared memory as the right operand; the weights are transposed back for PV (fp16).
+- "swapped": both dots transposed, K·Qᵀ and Vᵀ·Pᵀ, in fp16 (`nvllm.ops.transposed_decode_tiles`).
 
 A 16-bit cache takes "none" only.
 """
@@ -27,7 +28,7 @@ import torch
 
 from nvllm.ops.fp8_kv_cache import FP8_KV
 
-FP8_DOTS = ("none", "qk", "qk_pv", "swapped_qk")
+FP8_DOTS = ("none", "qk", "qk_pv", "swapped_qk", "swapped")
 E4M3_MAX = 448.0  # e4m3's largest finite value
 WEIGHT_SCALE = 256.0
 
@@ -71,7 +72,7 @@ def decode_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The decode kernel's output (fp32) and log-sum-exp in mode `fp8_dots`, on the CPU in fp32 math with
     the same quantization: the same splits and tiles of `block_n` tokens, since "qk_pv" rounds each tile's
-    weights against the running maximum of the tiles before it. Operands that "none" and "swapped_qk"
+    weights against the running maximum of the tiles before it. Operands that "none" and the swapped modes
     convert to fp16 are taken as they are (fp16 rounds the weights by at most 2^-11)."""
     query, k_cache, v_cache, seqlens_k, block_tables = (
         tensor.cpu() for tensor in (query, k_cache, v_cache, seqlens_k, block_tables)

@@ -21,6 +21,7 @@ import triton.language as tl
 from nvllm.ops.fp8_dots import check_fp8_dots
 from nvllm.ops.fp8_dots_kernel import WEIGHT_SCALE, quantized_query, quantized_weights
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
+from nvllm.ops.transposed_decode_tiles import transposed_tiles
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 # KV tokens per loop iteration (a KV block holds a whole number of them). A step of many rows, one program
@@ -65,9 +66,10 @@ def _paged_decode_kernel(
     QK_FP8: tl.constexpr,
     PV_FP8: tl.constexpr,
     SWAPPED_QK: tl.constexpr,
+    SWAPPED: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # QK_FP8, PV_FP8, SWAPPED_QK: the modes of `fp8_dots` (nvllm.ops.fp8_dots)
+    # QK_FP8, PV_FP8, SWAPPED_QK, SWAPPED: the modes of `fp8_dots` (nvllm.ops.fp8_dots)
     wait_for_prior_kernel(PDL)
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -93,34 +95,40 @@ def _paged_decode_kernel(
         query = query.to(DOT_DTYPE)
     if SWAPPED_QK:
         query = tl.trans(query)
-    running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
-    normaliser = tl.zeros([GROUP_ROWS], tl.float32)
-    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-    tokens = tl.arange(0, BLOCK_N)
-    for start in range(split_start, split_end, BLOCK_N):
-        block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
-        slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
-        inside = start + tokens < split_end
-        offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-        # an fp8 cache's elements convert exactly to the dot's dtype, in registers
-        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-        if QK_FP8:
-            scores = tl.dot(query, tl.trans(key)) * row_scale[:, None]
-        elif SWAPPED_QK:
-            scores = tl.trans(tl.dot(key.to(DOT_DTYPE), query)) * scale
-        else:
-            scores = tl.dot(query, tl.trans(key.to(DOT_DTYPE))) * scale
-        scores = tl.where(inside[None, :], scores, float("-inf"))
-        new_max = tl.maximum(running_max, tl.max(scores, 1))
-        weights = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(running_max - new_max)
-        normaliser = normaliser * rescale + tl.sum(weights, 1)
-        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-        if PV_FP8:
-            acc = acc * rescale[:, None] + tl.dot(quantized_weights(weights), value)
-        else:
-            acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value.to(DOT_DTYPE))
-        running_max = new_max
+    if SWAPPED:
+        running_max, normaliser, acc = transposed_tiles(
+            tl.trans(query), k_cache_ptr, v_cache_ptr, block_tables_ptr + row * block_table_stride, kv_head,
+            split_start, split_end, scale, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, BLOCK_N, GROUP_ROWS, DOT_DTYPE,
+        )  # fmt: skip
+    else:
+        running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+        normaliser = tl.zeros([GROUP_ROWS], tl.float32)
+        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+        tokens = tl.arange(0, BLOCK_N)
+        for start in range(split_start, split_end, BLOCK_N):
+            block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
+            slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
+            inside = start + tokens < split_end
+            offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
+            # an fp8 cache's elements convert exactly to the dot's dtype, in registers
+            key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+            if QK_FP8:
+                scores = tl.dot(query, tl.trans(key)) * row_scale[:, None]
+            elif SWAPPED_QK:
+                scores = tl.trans(tl.dot(key.to(DOT_DTYPE), query)) * scale
+            else:
+                scores = tl.dot(query, tl.trans(key.to(DOT_DTYPE))) * scale
+            scores = tl.where(inside[None, :], scores, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, 1))
+            weights = tl.exp(scores - new_max[:, None])
+            rescale = tl.exp(running_max - new_max)
+            normaliser = normaliser * rescale + tl.sum(weights, 1)
+            value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
+            if PV_FP8:
+                acc = acc * rescale[:, None] + tl.dot(quantized_weights(weights), value)
+            else:
+                acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value.to(DOT_DTYPE))
+            running_max = new_max
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
@@ -245,6 +253,7 @@ def paged_decode_attention(
         QK_FP8=fp8_dots in ("qk", "qk_pv"),
         PV_FP8=fp8_dots == "qk_pv",
         SWAPPED_QK=fp8_dots == "swapped_qk",
+        SWAPPED=fp8_dots == "swapped",
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),

@@ -33,7 +33,7 @@ def with_(**groups) -> EngineConfig:
         (with_(cache=CacheConfig(dtype="fp16")), "cache.dtype='fp16' must be auto or fp8"),
         (
             with_(cache=CacheConfig(dtype="fp8", fp8_dots="all")),
-            "cache.fp8_dots='all' must be none, qk, qk_pv or swapped_qk",
+            "cache.fp8_dots='all' must be none, qk, qk_pv, swapped_qk or swapped",
         ),
         (
             with_(cache=CacheConfig(fp8_dots="qk")),

@@ -41,7 +41,7 @@ def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(num_splits, 
     torch.testing.assert_close(lse, expected_lse, atol=1e-2, rtol=1e-3)
 
 
-@pytest.mark.parametrize("fp8_dots", ["qk", "qk_pv", "swapped_qk"])
+@pytest.mark.parametrize("fp8_dots", ["qk", "qk_pv", "swapped_qk", "swapped"])
 @pytest.mark.parametrize("num_splits, block_n", [(1, 64), (1, 128), (4, 64), (32, 128)])
 @pytest.mark.parametrize("num_heads", [16, 32])  # Qwen3-0.6B's group of 2 query heads a KV head, 8B's 4
 def test_triton_decode_kernel_in_each_fp8_dots_mode_is_its_reference(
