@@ -32,6 +32,7 @@ class Attention(nn.Module):
             scale,
         )
         self.backend = "torch"
+        self.fp8_dots = "none"  # over an fp8 cache, which decode dots run in fp8 (cache.fp8_dots)
         self.k_cache = self.v_cache = torch.empty(0)
 
     def forward(
@@ -65,7 +66,9 @@ class Attention(nn.Module):
             self.backend,
         )
         if meta.cascade is not None:
-            return cascade_attention(query, self.k_cache, self.v_cache, meta, self.scale, self.backend)
+            return cascade_attention(
+                query, self.k_cache, self.v_cache, meta, self.scale, self.backend, self.fp8_dots
+            )
         return torch.ops.nvllm.attention(
             query,
             self.k_cache,
@@ -77,4 +80,5 @@ class Attention(nn.Module):
             meta.max_seqlen_k,
             self.scale,
             self.backend,
+            self.fp8_dots,
         )
