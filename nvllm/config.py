@@ -80,9 +80,6 @@ class CacheConfig:
     cpu_memory_gib: float = 2.0  # the KV budget on the CPU, where there is no device memory to measure
     enable_prefix_caching: bool = True
     dtype: str = "auto"  # what K and V are stored as: auto (the model's dtype) or fp8 (e4m3, a byte each)
-    # Over an fp8 cache, which of the Triton decode kernel's dots run in fp8 (nvllm.ops.fp8_dots): none (K
-    # and V converted to fp16) | qk | qk_pv | swapped_qk | swapped. Not "none" changes the outputs.
-    fp8_dots: str = "none"
 
 
 @dataclass(frozen=True)

@@ -12,25 +12,14 @@ dots in fp16 and in bf16 (`paged_decode_attention.FP8_DOT_DTYPE`), each in its b
 and the fp16 one's best launch over splits, tiles (up to 256 tokens), warps and pipeline stages: what an
 fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
 
-With `--fp8-dots none,qk,qk_pv,swapped_qk,swapped`: the Triton kernel over the same fp8 cache in each of
-those modes of its dots (`nvllm.ops.fp8_dots`) beside it over the bf16 cache, at the engine's split count
-(`FlashAttnBackend.decode_kv_splits`) in both tiles, at 16, 128 and 256 rows (or `--rows`) and contexts of
-up to 1,024 and 4,096 tokens: µs, and TB/s of the cache's own bytes (which mode the default should be).
-Then the tensor-core instructions each compiled variant of the kernel uses (from its PTX in Triton's cache):
-whether the fp8 dots run as fp8 MMAs (`...e4m3.e4m3...`) or were promoted to fp16, and whether a variant
-got Hopper's warpgroup MMA (`wgmma`) or the warp-level one (`mma.sync`).
-
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 | --fp8-dots MODES]`"""
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8]`"""
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import re
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 
 import torch
 import triton
@@ -38,7 +27,6 @@ import triton.language as tl
 from flash_attn import flash_attn_with_kvcache
 
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.paging import blocks_for
 from nvllm.ops import paged_decode_attention as decode_module
 from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
@@ -55,12 +43,12 @@ TILES = (TILE_TOKENS, LONG_TILE_TOKENS)
 MAX_PROGRAMS = 4096  # Triton split counts past this many (row, KV head, split) programs are not tried
 
 
-def decode_cases(batch_rows: tuple[int, ...], contexts: tuple[int, ...] = CONTEXTS) -> Iterator[tuple]:
+def decode_cases(batch_rows: tuple[int, ...]) -> Iterator[tuple]:
     """Per model, batch size and context length that fit the cache: (model, rows, context, query, block
     tables, KV lengths), each row's length drawn from [context / 2, context] over randomly placed blocks."""
     for model, heads in QUERY_HEADS.items():
         for rows in batch_rows:
-            for context in contexts:
+            for context in CONTEXTS:
                 width = blocks_for(context, BLOCK)
                 if rows * width > NUM_BLOCKS:
                     continue
@@ -158,60 +146,9 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
         )
 
 
-def compiled_mma_instructions() -> list[str]:
-    """Per compiled variant of the decode kernel in Triton's cache, its PTX's distinct MMA instructions."""
-    cache = Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
-    lines = []
-    for ptx in sorted(cache.glob("*/_paged_decode_kernel.ptx")):
-        found = sorted(set(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)\.[\w.]+", ptx.read_text())))
-        lines.append(f"{ptx.parent.name[:12]}: {', '.join(found) or 'no MMA'}")
-    return lines
-
-
-FP8_DOTS_ROWS = (16, 128, 256)
-FP8_DOTS_CONTEXTS = (1024, 4096)
-
-
-def fp8_dots_main(batch_rows: tuple[int, ...], modes: list[str]) -> None:
-    torch.manual_seed(0)
-    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
-    k_fp8, v_fp8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
-    for model, rows, context, query, tables, seqlens in decode_cases(batch_rows, FP8_DOTS_CONTEXTS):
-        splits = FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
-        mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 / 1e6  # an fp8 cache's bytes; bf16's are twice
-        timed = {}
-        for name in ("bf16 cache", *modes):
-            bf16 = name == "bf16 cache"
-            caches, fp8_dots = ((k_cache, v_cache), "none") if bf16 else ((k_fp8, v_fp8), name)
-            by_mode = partial(paged_decode_attention, query, *caches, seqlens, tables, SCALE, splits)
-            try:
-                times = {tile: time_us(partial(by_mode, tile, fp8_dots=fp8_dots)) for tile in TILES}
-            except Exception as error:  # a mode Triton cannot build here: said, and the others still timed
-                timed[name] = f"{name} failed ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
-                continue
-            tile = min(times, key=times.get)
-            timed[name] = f"{name} " + " ".join(f"{t}:{us:.1f}" for t, us in times.items())
-            bytes_mb = mb * (2 if bf16 else 1)
-            timed[name] += f" ({bytes_mb / times[tile]:.2f} TB/s)"
-        print(
-            f"{model} {rows:3d} rows x up to {context:4d} tokens, {splits} splits, us by tile: "
-            + " | ".join(timed.values()),
-            flush=True,
-        )
-    print(
-        "MMA instructions by compiled variant of the decode kernel:", *compiled_mma_instructions(), sep="\n  "
-    )
-
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", help="batch sizes, comma-separated (by default ROWS; FP8_DOTS_ROWS there)")
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
     parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
-    parser.add_argument("--fp8-dots", help="modes of the kernel's dots over an fp8 cache, comma-separated")
     args = parser.parse_args()
-    rows = tuple(int(r) for r in args.rows.split(",")) if args.rows else None
-    if args.fp8_dots:
-        fp8_dots_main(rows or FP8_DOTS_ROWS, args.fp8_dots.split(","))
-    else:
-        (fp8_main if args.fp8 else main)(rows or ROWS)
+    (fp8_main if args.fp8 else main)(tuple(int(rows) for rows in args.rows.split(",")))

@@ -5,13 +5,9 @@ backend, a float32 cache) is the reference that tells fp8's error from the one t
 anyway, as in `experiments.studies.fp8_accuracy` (the FP8-weights report), whose measures and table this
 reuses. On the CPU the model's dtype is float32 unless `--dtype bfloat16` asks for bf16.
 
-`--fp8-dots qk,qk_pv,...` adds an fp8-cache engine per mode of the decode kernel's dots
-(`cache.fp8_dots`, `nvllm.ops.fp8_dots`), each against the model's dtype's cache and against the fp8 cache
-with its dots in fp16 (the mode "none"), on the same prompts.
-
 `python -m experiments.studies.fp8_kv_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128]
-[--long-prompt-len 4096] [--new 256] [--fp8-dots qk,qk_pv]` (on the CPU: `--model tiny --prompts 4
---long-prompt-len 512 --new 32 --vocab 4096`)."""
+[--long-prompt-len 4096] [--new 256]` (on the CPU: `--model tiny --prompts 4 --long-prompt-len 512 --new 32
+--vocab 4096`)."""
 
 from __future__ import annotations
 
@@ -31,32 +27,20 @@ ENGINES = {
 PAIRS = (("float32", "dtype"), ("float32", "fp8 KV"), ("dtype", "fp8 KV"))  # (reference, other)
 
 
-def compare(
-    model: str, prompts: list[list[int]], new_tokens: int, common: dict, fp8_dots: tuple[str, ...] = ()
-) -> list[str]:
-    """The table of PAIRS (and of each of `fp8_dots`' modes against the model's dtype's cache and the fp8
-    cache) over `prompts`, under a line that names the prompts; `common`: settings of the engines in the
-    model's dtype."""
-    engines = {
-        **ENGINES,
-        **{f"fp8 dots {mode}": dict(kv_cache_dtype="fp8", cache__fp8_dots=mode) for mode in fp8_dots},
-    }
-    pairs = (
-        *PAIRS,
-        *((reference, f"fp8 dots {mode}") for mode in fp8_dots for reference in ("dtype", "fp8 KV")),
-    )
+def compare(model: str, prompts: list[list[int]], new_tokens: int, common: dict) -> list[str]:
+    """The table of PAIRS over `prompts`, under a line that names the prompts; `common`: settings of the
+    engines in the model's dtype."""
     outputs, dtype = {}, ""
-    for name, settings in engines.items():
+    for name, settings in ENGINES.items():
         settings = {**common, **settings} if name == "float32" else {**settings, **common}
         outputs[name], _, engine_dtype = greedy_outputs(model, settings, prompts, new_tokens)
         dtype = engine_dtype if name == "dtype" else dtype
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # this engine's memory, for the next one's KV cache
     names = {"float32": "float32", "dtype": f"{dtype} cache", "fp8 KV": f"{dtype} with an fp8 cache"}
-    names.update({f"fp8 dots {mode}": f"{dtype} with an fp8 cache, fp8 dots {mode}" for mode in fp8_dots})
     lines = [f"{len(prompts)} prompts of {len(prompts[0])} tokens, {new_tokens} greedy tokens each", ""]
     lines += TABLE_HEADER
-    for reference, other in pairs:
+    for reference, other in PAIRS:
         pair = [agreement(a, b) for a, b in zip(outputs[reference], outputs[other], strict=True)]
         lines.append(table_row(f"{names[other]} against {names[reference]}", pair))
     return lines
@@ -71,7 +55,6 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=256, help="greedy tokens per prompt")
     parser.add_argument("--vocab", type=int, default=151936, help="prompt token ids are drawn below this")
     parser.add_argument("--dtype", default="auto", help="the model's dtype (auto: bf16 on CUDA, fp32 on CPU)")
-    parser.add_argument("--fp8-dots", default="", help="modes of the decode kernel's dots, comma-separated")
     args = parser.parse_args()
     rng = random.Random(0)
     common = dict(max_model_len=args.long_prompt_len + args.new, model__dtype=args.dtype)
@@ -81,8 +64,7 @@ def main() -> None:
     ]
     for length in (args.prompt_len, args.long_prompt_len):
         prompts = [[rng.randrange(args.vocab) for _ in range(length)] for _ in range(args.prompts)]
-        fp8_dots = tuple(mode for mode in args.fp8_dots.split(",") if mode)
-        lines += [*compare(args.model, prompts, args.new, common, fp8_dots), ""]
+        lines += [*compare(args.model, prompts, args.new, common), ""]
     print("\n".join(lines))
 
 

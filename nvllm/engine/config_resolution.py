@@ -18,7 +18,6 @@ from nvllm.config import QUANTIZATIONS, EngineConfig, ModelConfig, checked_value
 from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.hub import model_checkpoint
 from nvllm.models.presets import model_preset
-from nvllm.ops.fp8_dots import FP8_DOTS
 from nvllm.runner.dtypes import DTYPES, KV_CACHE_DTYPES, resolved_dtype
 from nvllm.sampling.sampler import COMPILE_MODES as SAMPLER_COMPILE_MODES
 from nvllm.scheduler.policy import RANKS
@@ -121,12 +120,6 @@ def validate(config: EngineConfig) -> None:
         problems.append(f"model.revision={model.revision!r} picks a hub id's version: it needs model.path")
     if cache.dtype not in KV_CACHE_DTYPES:
         problems.append(f"cache.dtype={cache.dtype!r} must be {one_of(KV_CACHE_DTYPES)}")
-    if cache.fp8_dots not in FP8_DOTS:
-        problems.append(f"cache.fp8_dots={cache.fp8_dots!r} must be {one_of(FP8_DOTS)}")
-    elif cache.fp8_dots != "none" and cache.dtype != "fp8":
-        problems.append(
-            f"cache.fp8_dots={cache.fp8_dots!r} takes its dots over an fp8 cache: cache.dtype=fp8"
-        )
     if cache.block_size < 1:
         problems.append(f"cache.block_size={cache.block_size} must be positive")
     if config.attention.backend not in (backends := ("auto", *BACKENDS)):

@@ -32,7 +32,6 @@ class Attention(nn.Module):
             scale,
         )
         self.backend = "torch"
-        self.fp8_dots = "none"  # over an fp8 cache, which decode dots run in fp8 (cache.fp8_dots)
         self.k_cache = self.v_cache = torch.empty(0)
 
     def forward(
@@ -66,9 +65,7 @@ class Attention(nn.Module):
             self.backend,
         )
         if meta.cascade is not None:
-            return cascade_attention(
-                query, self.k_cache, self.v_cache, meta, self.scale, self.backend, self.fp8_dots
-            )
+            return cascade_attention(query, self.k_cache, self.v_cache, meta, self.scale, self.backend)
         return torch.ops.nvllm.attention(
             query,
             self.k_cache,
@@ -80,5 +77,4 @@ class Attention(nn.Module):
             meta.max_seqlen_k,
             self.scale,
             self.backend,
-            self.fp8_dots,
         )

@@ -42,10 +42,8 @@ def cascade_attention(
     meta: AttentionMetadata,
     scale: float,
     backend: str,
-    fp8_dots: str = "none",
 ) -> torch.Tensor:
-    """A decode step's attention (one query per row) by the plan `meta.cascade`; `fp8_dots` is the
-    remainder pass's (the decode kernel's), the prefix pass reads the cache as the queries' dtype."""
+    """A decode step's attention (one query per row) by the plan `meta.cascade`."""
     plan = meta.cascade
     prefix_out, prefix_lse = torch.ops.nvllm.prefix_attention(
         query[plan.prefix_query_rows],
@@ -68,7 +66,6 @@ def cascade_attention(
         plan.remainder_block_tables,
         scale,
         backend,
-        fp8_dots,
     )
     # each row's parts: its chunks of the prefix (as many columns in every plan), then its remainder
     prefix_lse = prefix_lse.t()

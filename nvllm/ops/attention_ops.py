@@ -92,7 +92,6 @@ def attention(
     max_seqlen_k: int,
     scale: float,
     backend: str,
-    fp8_dots: str = "none",
 ) -> torch.Tensor:
     """Causal attention of a flat batch of queries `[num_tokens, num_heads, head_dim]` over the paged cache.
 
@@ -100,11 +99,10 @@ def attention(
     (whose K/V, the new ones included, are already in the cache): a prefill, a chunk after a cached
     prefix, and a decode step are the same call. The shapes tell a decode batch (see
     `nvllm.attention.one_query_per_sequence`), not `max_seqlen_q`, an upper bound kept at 2 or more so that
-    one compiled graph serves prefill and decode. `fp8_dots`: over an fp8 cache, which of a decode step's
-    dots run in fp8 (`nvllm.ops.fp8_dots`; prefill attention reads the cache as the queries' dtype).
+    one compiled graph serves prefill and decode.
     """
     batch = PagedBatch(cu_seqlens_q, seqlens_k, block_tables, max_seqlen_q, max_seqlen_k)
-    return _implementation(backend).attention(query, k_cache, v_cache, batch, scale, fp8_dots)
+    return _implementation(backend).attention(query, k_cache, v_cache, batch, scale)
 
 
 @attention.register_fake
@@ -155,13 +153,12 @@ def decode_attention_with_lse(
     block_tables: torch.Tensor,
     scale: float,
     backend: str,
-    fp8_dots: str = "none",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's one query `[rows, heads, head_dim]` attends to the `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]`. Returns the output and the log-sum-exp `[rows, heads]`; a row with no tokens gets a
-    zero output and an undefined log-sum-exp. `fp8_dots` as for `nvllm::attention`."""
+    zero output and an undefined log-sum-exp."""
     return _implementation(backend).decode_attention_with_lse(
-        query, k_cache, v_cache, seqlens_k, block_tables, scale, fp8_dots
+        query, k_cache, v_cache, seqlens_k, block_tables, scale
     )
 
 

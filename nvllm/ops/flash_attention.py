@@ -23,10 +23,10 @@ from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
 
 
-def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float, fp8_dots: str) -> torch.Tensor:
+def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
     if one_query_per_sequence(query.shape[0], batch.seqlens_k.shape[0]):
         tables = batch.block_tables
-        out, _ = decode_attention_with_lse(query, k_cache, v_cache, batch.seqlens_k, tables, scale, fp8_dots)
+        out, _ = decode_attention_with_lse(query, k_cache, v_cache, batch.seqlens_k, tables, scale)
         return out
     cu_seqlens_k = F.pad(batch.seqlens_k.cumsum(0, dtype=torch.int32), (1, 0))
     k_cache, v_cache, block_tables = _readable(
@@ -77,9 +77,7 @@ def prefix_attention(
 
 
 def decode_attention_with_lse(
-    query, k_cache, v_cache, seqlens_k, block_tables, scale, fp8_dots: str = "none"
+    query, k_cache, v_cache, seqlens_k, block_tables, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
     splits = FlashAttnBackend.decode_kv_splits(query.shape[0], k_cache.shape[2])
-    return paged_decode_attention(
-        query, k_cache, v_cache, seqlens_k, block_tables, scale, splits, fp8_dots=fp8_dots
-    )
+    return paged_decode_attention(query, k_cache, v_cache, seqlens_k, block_tables, scale, splits)

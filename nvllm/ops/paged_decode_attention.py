@@ -18,10 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.fp8_dots import check_fp8_dots
-from nvllm.ops.fp8_dots_kernel import WEIGHT_SCALE, quantized_query, quantized_weights
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
-from nvllm.ops.transposed_decode_tiles import transposed_tiles
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 # KV tokens per loop iteration (a KV block holds a whole number of them). A step of many rows, one program
@@ -63,13 +60,8 @@ def _paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
-    QK_FP8: tl.constexpr,
-    PV_FP8: tl.constexpr,
-    SWAPPED_QK: tl.constexpr,
-    SWAPPED: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # QK_FP8, PV_FP8, SWAPPED_QK, SWAPPED: the modes of `fp8_dots` (nvllm.ops.fp8_dots)
     wait_for_prior_kernel(PDL)
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -87,53 +79,30 @@ def _paged_decode_kernel(
         query_ptr + row * query_row_stride + heads[:, None] * query_head_stride + dims[None, :],
         mask=in_group[:, None],
         other=0.0,
-    )
-    if QK_FP8:
-        query, query_scale = quantized_query(query)
-        row_scale = query_scale * scale
-    else:
-        query = query.to(DOT_DTYPE)
-    if SWAPPED_QK:
-        query = tl.trans(query)
-    if SWAPPED:
-        running_max, normaliser, acc = transposed_tiles(
-            tl.trans(query), k_cache_ptr, v_cache_ptr, block_tables_ptr + row * block_table_stride, kv_head,
-            split_start, split_end, scale, BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM, BLOCK_N, GROUP_ROWS, DOT_DTYPE,
-        )  # fmt: skip
-    else:
-        running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
-        normaliser = tl.zeros([GROUP_ROWS], tl.float32)
-        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-        tokens = tl.arange(0, BLOCK_N)
-        for start in range(split_start, split_end, BLOCK_N):
-            block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
-            slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
-            inside = start + tokens < split_end
-            offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
-            # an fp8 cache's elements convert exactly to the dot's dtype, in registers
-            key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-            if QK_FP8:
-                scores = tl.dot(query, tl.trans(key)) * row_scale[:, None]
-            elif SWAPPED_QK:
-                scores = tl.trans(tl.dot(key.to(DOT_DTYPE), query)) * scale
-            else:
-                scores = tl.dot(query, tl.trans(key.to(DOT_DTYPE))) * scale
-            scores = tl.where(inside[None, :], scores, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, 1))
-            weights = tl.exp(scores - new_max[:, None])
-            rescale = tl.exp(running_max - new_max)
-            normaliser = normaliser * rescale + tl.sum(weights, 1)
-            value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0)
-            if PV_FP8:
-                acc = acc * rescale[:, None] + tl.dot(quantized_weights(weights), value)
-            else:
-                acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value.to(DOT_DTYPE))
-            running_max = new_max
+    ).to(DOT_DTYPE)
+    running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+    normaliser = tl.zeros([GROUP_ROWS], tl.float32)
+    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+    tokens = tl.arange(0, BLOCK_N)
+    for start in range(split_start, split_end, BLOCK_N):
+        block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
+        slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
+        inside = start + tokens < split_end
+        offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
+        # an fp8 cache's elements convert exactly to the dot's dtype, in registers
+        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+        scores = tl.dot(query, tl.trans(key)) * scale
+        scores = tl.where(inside[None, :], scores, float("-inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        weights = tl.exp(scores - new_max[:, None])
+        rescale = tl.exp(running_max - new_max)
+        normaliser = normaliser * rescale + tl.sum(weights, 1)
+        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
+        running_max = new_max
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
-    if PV_FP8:  # the weights were scaled up to keep them out of e4m3's subnormals
-        acc = acc / WEIGHT_SCALE
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
     # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
     num_rows = tl.num_programs(0)
@@ -205,15 +174,12 @@ def paged_decode_attention(
     block_n: int | None = None,
     num_warps: int = 4,
     num_stages: int = 2,
-    fp8_dots: str = "none",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
     each row's KV in `num_splits` parts (a power of two) read by programs of their own, `block_n` KV tokens a
-    loop iteration (by default what `tile_tokens` picks), its dots over an fp8 cache as `fp8_dots` says
-    (`nvllm.ops.fp8_dots`; a 16-bit cache takes "none" only). Returns the output and the natural-log
-    log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
-    check_fp8_dots(fp8_dots, k_cache.dtype)
+    loop iteration (by default what `tile_tokens` picks). Returns the output and the natural-log log-sum-exp
+    `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
@@ -250,10 +216,6 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
-        QK_FP8=fp8_dots in ("qk", "qk_pv"),
-        PV_FP8=fp8_dots == "qk_pv",
-        SWAPPED_QK=fp8_dots == "swapped_qk",
-        SWAPPED=fp8_dots == "swapped",
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),

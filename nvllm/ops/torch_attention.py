@@ -10,9 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nvllm.attention.backend import one_query_per_sequence
 from nvllm.attention.paging import blocks_for
-from nvllm.ops.fp8_dots import check_fp8_dots, decode_reference
 from nvllm.ops.fp8_kv_cache import is_fp8, to_cache_dtype
 from nvllm.ops.norm_ops import rms_norm
 from nvllm.ops.paged_batch import PagedBatch
@@ -56,17 +54,8 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping) -> None:
         cache.view(-1, *cache.shape[2:]).index_copy_(0, slots, stored)
 
 
-def attention(
-    query, k_cache, v_cache, batch: PagedBatch, scale: float, fp8_dots: str = "none"
-) -> torch.Tensor:
-    """The causal attention of `nvllm::attention`, one sequence at a time (nothing to split); a decode
-    step in an `fp8_dots` mode other than "none" rounded as the Triton kernel rounds it
-    (`decode_attention_with_lse`)."""
-    if fp8_dots != "none" and one_query_per_sequence(query.shape[0], batch.seqlens_k.shape[0]):
-        out, _ = decode_attention_with_lse(
-            query, k_cache, v_cache, batch.seqlens_k, batch.block_tables, scale, fp8_dots
-        )
-        return out
+def attention(query, k_cache, v_cache, batch: PagedBatch, scale: float) -> torch.Tensor:
+    """The causal attention of `nvllm::attention`, one sequence at a time (nothing to split)."""
     out = query.new_zeros(query.shape)  # contiguous whatever the query's layout, as the op promises
     starts = batch.cu_seqlens_q.tolist()
     for i, len_k in enumerate(batch.seqlens_k.tolist()):
@@ -128,15 +117,8 @@ def prefix_attention(
 
 
 def decode_attention_with_lse(
-    query, k_cache, v_cache, seqlens_k, block_tables, scale, fp8_dots: str = "none"
+    query, k_cache, v_cache, seqlens_k, block_tables, scale
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float attention, or in an `fp8_dots` mode other than "none" the mode's reference of the Triton kernel
-    (`nvllm.ops.fp8_dots.decode_reference`, in one split of 64-token tiles), so that a CPU engine shows the
-    mode's rounding."""
-    if fp8_dots != "none":
-        check_fp8_dots(fp8_dots, k_cache.dtype)
-        out, lse = decode_reference(query, k_cache, v_cache, seqlens_k, block_tables, scale, fp8_dots)
-        return out.to(query.device, query.dtype), lse.to(query.device)
     out = query.new_zeros(query.shape)
     lse = torch.full(query.shape[:2], float("-inf"), device=query.device)
     for row, len_k in enumerate(seqlens_k.tolist()):

@@ -110,7 +110,6 @@ class ModelRunner:
         load_weights(model, tensors, hf_parameter_shapes(model_config))
         for layer in self._attention_layers(model):
             layer.backend = self.backend.name
-            layer.fp8_dots = self.config.cache.fp8_dots
         return model.eval()
 
     @staticmethod

@@ -78,33 +78,3 @@ def test_forked_samples_copy_their_fp8_blocks_and_preempted_ones_recompute_them(
         squeezed = llm.generate([prompt] * 3, params, use_tqdm=False)
         assert llm.scheduler.num_preemptions > 0
     assert [request.outputs[0].token_ids for request in squeezed] == [alone] * 3
-
-
-def test_an_fp8_dots_mode_reaches_the_decode_steps_and_keeps_their_logprobs_close():
-    """`cache.fp8_dots` on the CPU: the torch backend's decode steps round as the Triton kernel in that mode
-    would (`nvllm.ops.fp8_dots.decode_reference`), prefill as before; against the same fp8 engine without
-    it."""
-    prompts = [random_prompt(40 + 9 * i, seed=20 + i) for i in range(3)]
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
-    results = {}
-    for fp8_dots in ("none", "qk_pv"):
-        with tiny_llm(kv_cache_dtype="fp8", cache__fp8_dots=fp8_dots, **SETTINGS) as llm:
-            layer = llm.model_runner.model.model.layers[0].self_attn.attn
-            assert layer.fp8_dots == fp8_dots
-            results[fp8_dots] = [
-                request.outputs[0] for request in llm.generate(prompts, params, use_tqdm=False)
-            ]
-    gaps = []
-    for plain, rounded in zip(results["none"], results["qk_pv"], strict=True):
-        assert plain.token_ids[0] == rounded.token_ids[0]  # sampled after prefill, which the mode leaves
-        assert plain.logprobs[0] == rounded.logprobs[0]
-        for step, (a, b) in enumerate(zip(plain.token_ids, rounded.token_ids, strict=True)):
-            if a != b:
-                break
-            gaps.append(abs(plain.logprobs[step][a] - rounded.logprobs[step][a]))
-    assert 0 < statistics.fmean(gaps) < 0.2 and max(gaps) < 1.0  # rounded in decode, a little
-
-
-def test_an_fp8_dots_mode_over_a_16_bit_cache_is_refused_by_name():
-    with pytest.raises(ValueError, match="cache.fp8_dots='qk' takes its dots over an fp8 cache"):
-        tiny_llm(cache__fp8_dots="qk")

@@ -31,14 +31,6 @@ def with_(**groups) -> EngineConfig:
         ),
         (with_(scheduler=SchedulerConfig(policy="lifo")), "scheduler.policy='lifo' must be fcfs or priority"),
         (with_(cache=CacheConfig(dtype="fp16")), "cache.dtype='fp16' must be auto or fp8"),
-        (
-            with_(cache=CacheConfig(dtype="fp8", fp8_dots="all")),
-            "cache.fp8_dots='all' must be none, qk, qk_pv, swapped_qk or swapped",
-        ),
-        (
-            with_(cache=CacheConfig(fp8_dots="qk")),
-            r"cache.fp8_dots='qk' takes its dots over an fp8 cache: cache.dtype=fp8",
-        ),
     ],
 )
 def test_each_choice_is_listed_as_its_owner_declares_it(config, message):
