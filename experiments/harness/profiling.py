@@ -12,7 +12,7 @@ import wandb
 from experiments.harness.live import timeline_values
 from experiments.studies.trace_kernels import summary as kernel_summary
 from nvllm import LLM
-from nvllm.profiling.timeline import write_run_dir
+from nvllm.profiling.timeline import write_profile
 from nvllm.profiling.utilization import utilization_stats
 from nvllm.visualize import render
 
@@ -44,10 +44,10 @@ def save_profile(llm: LLM, output_dir: Path, wandb_job: wandb.Run) -> None:
     if not profiler.enabled:
         return
     output_dir = Path(output_dir)
-    profiler.stop_stream()  # its rows all in steps.csv, which is written again whole: the same rows
-    write_run_dir(output_dir, profiler)
     no_trace = profiler.no_trace_reason()
-    trace = None if no_trace else profiler.export_trace(output_dir / TRACE_FILE)
+    # the stream's rows all in steps.csv, which is written again whole: the same rows
+    written = write_profile(output_dir, profiler, TRACE_FILE)
+    trace = next((path for path in written if path.name == TRACE_FILE), None)
     figures = render(output_dir)
     print(profiler.summary())
     if no_trace and llm.config.profile.torch_trace_steps:

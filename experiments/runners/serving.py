@@ -23,12 +23,27 @@ from omegaconf import DictConfig  # noqa: E402
 
 from experiments.harness.engine import start_engine  # noqa: E402
 from experiments.harness.job import job_run, prepare_job  # noqa: E402
+from experiments.harness.profiling import TRACE_FILE  # noqa: E402
 from experiments.runners.serving_client import LoadProcesses, arrival_gaps, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
 from experiments.runners.serving_stats import serving_metrics  # noqa: E402
+from experiments.studies.trace_kernels import summary as kernel_summary  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
+from nvllm.profiling.timeline import SUMMARY_FILE  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
+ENGINE_PROFILE_DIR = "engine-profile"  # the server's engine's profile, written by its process at shutdown
+
+
+def print_engine_profile(profile_dir: Path) -> None:
+    """The server's engine's profile summary (its host stages per step: "other" is the serving loop's own
+    work between steps) and its trace's kernels, where `profile.enabled` had its process write them."""
+    summary = profile_dir / SUMMARY_FILE
+    if not summary.exists():
+        return
+    print(f"The server's engine, from its own process ({profile_dir}):\n{summary.read_text()}")
+    if (trace := profile_dir / TRACE_FILE).exists():
+        print(kernel_summary(trace, top=25))
 
 
 def plot_latency_vs_rate(per_rate: list[dict], path: Path, offline: dict | None = None) -> None:
@@ -69,7 +84,10 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             from nvllm.serving.server import app_for, background_server, process_app
 
             model = job.engine.model.name
-            app = process_app(job.engine, model) if serving.engine_process else app_for(run.llm, model)
+            if serving.engine_process:
+                app = process_app(job.engine, model, profile_dir=str(job.output_dir / ENGINE_PROFILE_DIR))
+            else:
+                app = app_for(run.llm, model)
             server = background_server(app)
         else:
             url = serving.url.rstrip("/")
@@ -94,6 +112,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             offline = None
             if in_process and serving.offline_reference:
                 offline = offline_references(run.llm, run, rates)
+        if serving.url is None and serving.engine_process:
+            print_engine_profile(job.output_dir / ENGINE_PROFILE_DIR)
         if serving.url is None and serving.engine_process and serving.offline_reference:
             with start_engine(job.engine) as llm:  # the server's process released the device
                 offline = offline_references(llm, run, rates)

@@ -57,14 +57,18 @@ def serving_metrics(
     tpots = [t.tpot for t in done if t.tpot is not None]
     good = [t for t in done if t.ttft * 1e3 <= ttft_slo_ms and (t.tpot or 0) * 1e3 <= tpot_slo_ms]
     output_tokens = sum(t.output_tokens for t in done)
+
+    def per_s(count: int) -> float:  # a rate where nothing completed took no time: none
+        return count / duration_s if duration_s > 0 else 0.0
+
     return {
         "completed": len(done),
         "failed": len(timings) - len(done),
         "duration_s": duration_s,
         "output_tokens": output_tokens,
-        "request_throughput": len(done) / duration_s,
-        "output_tok_per_s": output_tokens / duration_s,
-        "goodput": len(good) / duration_s,
+        "request_throughput": per_s(len(done)),
+        "output_tok_per_s": per_s(output_tokens),
+        "goodput": per_s(len(good)),
         # 1 while every token leaves in its own chunk; more where chunks carry several (a reader behind)
         "tokens_per_chunk": output_tokens / max(1, sum(len(t.chunk_times) for t in done)),
         **summary_ms("ttft", [t.ttft for t in done]),

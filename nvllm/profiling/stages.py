@@ -19,6 +19,7 @@ HOST_STAGES = (
     "detokenize",  # the outputs' text
     "profiler",  # the profiler's own records of a step
     "other",
+    "idle",  # a served engine waiting for requests (nvllm/serving/engine_child.py)
 )
 
 

@@ -112,3 +112,18 @@ def read_run_dir(run_dir: Path) -> tuple[list[dict], list[dict], dict]:
     steps = read_rows(run_dir / STEPS_FILE, STEP_FIELDS)
     requests = read_rows(run_dir / REQUESTS_FILE, REQUEST_FIELDS)
     return steps, requests, json.loads((run_dir / PROFILE_FILE).read_text())
+
+
+def write_profile(run_dir: Path, profiler, trace_file: str = "trace.json") -> list[Path]:
+    """With profiling on: `write_run_dir`'s files and the torch trace, if one was taken, as `trace_file` in
+    `run_dir` (made if missing); the files written. Nothing with profiling off."""
+    if not profiler.enabled:
+        return []
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    profiler.stop_stream()
+    written = write_run_dir(run_dir, profiler)
+    if profiler.no_trace_reason() is None:
+        trace = profiler.export_trace(run_dir / trace_file)
+        written += [trace] if trace else []
+    return written

@@ -17,19 +17,24 @@ import signal
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.engine.request_outputs import StreamCursor
 from nvllm.llm import LLM
+from nvllm.profiling.timeline import write_profile
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 from nvllm.serving.served_engine import EngineStats, FinishedRequest, engine_stats
 from nvllm.serving.serving_rules import admit, drop, serve_step
 
 
-def run_engine(conn: Connection, config: EngineConfig) -> None:
-    """The process's body: serve until told to stop or until the server's process is gone."""
+def run_engine(conn: Connection, config: EngineConfig, profile_dir: str | None = None) -> None:
+    """The process's body: serve until told to stop or until the server's process is gone. With
+    `profile.enabled` and a `profile_dir`, the engine's profile goes there once it is told to stop: its steps
+    as they ran in this process (the loop's own work between them is the "other" stage, its waits for
+    requests "idle")."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server stops this
     try:
         engine = LLM.from_config(config)
@@ -42,6 +47,8 @@ def run_engine(conn: Connection, config: EngineConfig) -> None:
         conn.send(("ready", None))
         outbox = Outbox(conn)
         ServingLoop(engine, conn, outbox).run()
+        if profile_dir is not None:
+            write_profile(Path(profile_dir), engine.profiler)
     except (EOFError, OSError):
         pass  # the server's process is gone: nobody to serve
     finally:
@@ -114,9 +121,12 @@ class ServingLoop:
         self.stopping = False
 
     def run(self) -> None:
+        self.engine.profiler.reset()  # the profile is of serving, from here on: not the engine's start-up
         while not self.stopping:
             if self.engine.is_finished():
+                self.engine.profiler.lap("other")  # the loop's own work, apart from its waits for work
                 self.take(self.conn.recv())  # idle: wait for work
+                self.engine.profiler.lap("idle")
             while not self.stopping and self.conn.poll():
                 self.take(self.conn.recv())
             stepped = not self.stopping and not self.engine.is_finished()

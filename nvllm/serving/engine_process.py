@@ -28,9 +28,15 @@ Action = tuple[Callable[..., None], tuple]
 
 class EngineProcess:
     """Builds an engine of `config` in a spawned process and serves it; `on_finished(request)` is called
-    on the reader thread for each request that ends (metrics)."""
+    on the reader thread for each request that ends (metrics). With `profile.enabled`, the engine's profile
+    is written to `profile_dir` at shutdown (`run_engine`)."""
 
-    def __init__(self, config: EngineConfig, on_finished: Callable[[FinishedRequest], None] | None = None):
+    def __init__(
+        self,
+        config: EngineConfig,
+        on_finished: Callable[[FinishedRequest], None] | None = None,
+        profile_dir: str | None = None,
+    ):
         self.on_finished = on_finished
         self.tokenizer = load_tokenizer(config.model.path)  # the child's: the same files
         self.max_model_len = config.scheduler.max_model_len
@@ -44,7 +50,9 @@ class EngineProcess:
         context = multiprocessing.get_context("spawn")
         self._conn, child_conn = context.Pipe()
         # not a daemon: a tensor-parallel engine starts worker processes of its own
-        self._process = context.Process(target=run_engine, args=(child_conn, config), name="nvllm-engine")
+        self._process = context.Process(
+            target=run_engine, args=(child_conn, config, profile_dir), name="nvllm-engine"
+        )
         self._process.start()
         child_conn.close()
         self._wait_ready()

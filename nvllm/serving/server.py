@@ -52,12 +52,15 @@ def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> Fast
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)
 
 
-def process_app(config: EngineConfig, model_name: str, api_key: str | None = None) -> FastAPI:
+def process_app(
+    config: EngineConfig, model_name: str, api_key: str | None = None, profile_dir: str | None = None
+) -> FastAPI:
     """The app serving an engine of `config` that a spawned process builds and steps (EngineProcess): the
     HTTP loop's work (a chunk formatted and written per token) no longer takes the interpreter from the
-    engine's steps. The app's shutdown stops that process."""
+    engine's steps. The app's shutdown stops that process (writing the engine's profile to `profile_dir`
+    with `profile.enabled`)."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)  # the reader thread hands each step on as soon as it arrives
-    engine = EngineProcess(config)
+    engine = EngineProcess(config, profile_dir=profile_dir)
     metrics = ServerMetrics(engine.stats)
     engine.on_finished = metrics.request_finished
     return build_app(engine, metrics, model_name=model_name, api_key=api_key)

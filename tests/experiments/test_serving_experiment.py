@@ -11,6 +11,7 @@ from experiments.runners.serving_client import arrival_gaps
 from experiments.runners.serving_stats import RequestTiming, serving_metrics
 from nvllm import LLM
 from nvllm.engine.llm_engine import LLMEngine
+from nvllm.profiling.timeline import read_run_dir
 from nvllm.run import compose_config
 from nvllm.serving.server import app_for, background_server
 from nvllm.tokenizer.tokenizer import load_tokenizer
@@ -48,6 +49,9 @@ def test_no_completed_request_has_no_latencies():
     metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 1.0, 500, 50)
     assert (metrics["completed"], metrics["failed"], metrics["goodput"]) == (0, 1, 0)
     assert metrics["ttft_p50_ms"] is None and metrics["e2e_mean_ms"] is None
+    # every request failed: no chunk, so the run measured no time (LoadProcesses' duration 0)
+    metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 0.0, 500, 50)
+    assert (metrics["output_tok_per_s"], metrics["request_throughput"], metrics["goodput"]) == (0, 0, 0)
 
 
 def test_arrivals_have_the_rate_and_inf_sends_at_once():
@@ -72,11 +76,14 @@ def test_serving_experiment_at_two_rates(tmp_path):
 def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
     overrides = ["+experiment=serving", *TINY, *SMALL_WORKLOAD, "wandb.mode=disabled", "wandb.group=null"]
     overrides += ["serving.request_rates=[inf]", "workload.num_seqs=4", "serving.engine_process=true"]
-    overrides += ["serving.load_processes=1"]
+    overrides += ["serving.load_processes=1", "profile.enabled=true"]
     metrics = serving.run(compose_config(overrides), tmp_path)
     row = metrics["per_rate"][0]
     assert row["completed"] == 4 and row["failed"] == 0 and row["output_tokens"] > 0
     assert metrics["offline_output_tok_per_s"] > 0  # the offline engine, built once the server stopped
+    # the server's engine wrote its profile from its own process: every request it served, every token
+    _, requests, _ = read_run_dir(tmp_path / serving.ENGINE_PROFILE_DIR)
+    assert len(requests) == 4 and sum(request["output_len"] for request in requests) == row["output_tokens"]
 
 
 MAX_MODEL_LEN = 64
