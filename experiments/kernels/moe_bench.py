@@ -14,7 +14,7 @@ from functools import partial
 import torch
 
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.layers.fused_moe import route
+from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import grouped_experts, row_tile
 
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768

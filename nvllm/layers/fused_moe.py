@@ -11,9 +11,8 @@ experts `[rank * E / ranks, (rank + 1) * E / ranks)` whole, and the layer would 
 pair to its expert's rank and back (two all-to-alls around `nvllm::fused_experts`, over the local experts)
 instead of the all-reduce.
 
-Router ties: among equal probabilities the lower expert index is chosen first, on every device (a stable
-sort). `torch.topk`, which transformers' router uses, has no rule for ties (on the CPU it may return any of
-the equal ones), so on an exact tie the two may choose different experts; otherwise they agree."""
+The routing (softmax, top-k, its rule on ties, the padding tokens') is `nvllm.ops.moe_routing`'s, computed
+inside `nvllm::fused_experts` from the router's logits."""
 
 from __future__ import annotations
 
@@ -23,27 +22,6 @@ from torch import nn
 from nvllm.distributed.group import all_reduce, tp_rank, tp_size
 from nvllm.ops.linear_ops import apply_linear
 from nvllm.ops.moe_ops import fused_experts
-
-
-def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chosen experts of each token and their weights: softmax over the experts in fp32, the `top_k`
-    largest (ties to the lower index), renormalised to sum to 1 when `renormalize`, in the logits' dtype."""
-    probabilities = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
-    weights, ids = torch.sort(probabilities, dim=-1, descending=True, stable=True)
-    weights, ids = weights[:, :top_k], ids[:, :top_k]
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights.to(router_logits.dtype), ids
-
-
-def padding_follows_first(
-    weights: torch.Tensor, ids: torch.Tensor, padding: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The routing with each padding token sent to the first token's experts at weight 0. Routed by their
-    own (meaningless) hidden states, padding tokens would read experts of their own: a single stream, padded
-    to two rows, would read up to twice the experts' bytes a step. Their outputs become zeros."""
-    padding = padding[:, None]
-    return torch.where(padding, 0.0, weights).to(weights.dtype), torch.where(padding, ids[:1], ids)
 
 
 class Router(nn.Module):
@@ -103,9 +81,10 @@ class FusedMoE(nn.Module):
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
         """`padding` [T] bool: the step's padding tokens, whose outputs nobody reads
-        (`padding_follows_first`)."""
-        weights, ids = route(self.gate(x), self.top_k, self.renormalize)
-        if padding is not None:
-            weights, ids = padding_follows_first(weights, ids, padding)
+        (`nvllm.ops.moe_routing.padding_follows_first`)."""
         experts = self.experts
-        return all_reduce(fused_experts(x, experts.gate_up_proj, experts.down_proj, weights, ids))
+        logits = self.gate(x)
+        out = fused_experts(
+            x, experts.gate_up_proj, experts.down_proj, logits, padding, self.top_k, self.renormalize
+        )
+        return all_reduce(out)

@@ -1,14 +1,18 @@
-"""`nvllm::fused_experts`: a mixture-of-experts layer's experts, each token through the gated MLPs its router
-chose, weighted by the router and summed, as one custom op, so that the whole layer traces into the compiled
-graph whatever the routing (the op is opaque to dynamo; its work depends on the data).
+"""`nvllm::fused_experts`: a mixture-of-experts layer's routing and experts, each token through the gated
+MLPs its router chose, weighted by the router and summed, as one custom op, so that the whole layer traces
+into the compiled graph whatever the routing (the op is opaque to dynamo; its work depends on the data). It
+takes the router's logits rather than the routing, so that a small batch's routing is one kernel.
 
-On CUDA it runs the Triton grouped matmuls (`nvllm.ops.moe_triton`: no host sync, so it is captured in CUDA
-graphs); elsewhere the torch reference below, which is also the GPU tests' oracle."""
+On CUDA it runs the Triton kernels (`nvllm.ops.moe_route_triton`, `nvllm.ops.moe_triton`: no host sync, so
+it is captured in CUDA graphs); elsewhere the torch routing (`nvllm.ops.moe_routing`) and the torch
+reference below, which is also the GPU tests' oracle."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from nvllm.ops.moe_routing import route_step
 
 
 def experts_reference(
@@ -45,17 +49,21 @@ def fused_experts(
     x: torch.Tensor,
     gate_up: torch.Tensor,
     down: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
+    router_logits: torch.Tensor,
+    padding: torch.Tensor | None,
+    top_k: int,
+    renormalize: bool,
 ) -> torch.Tensor:
-    """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
+    """The experts of `route_step(router_logits, padding, top_k, renormalize)`'s routing,
+    `experts_reference`'s result; on CUDA from the Triton kernels (small batches routed by one kernel)."""
     if x.is_cuda:
-        from nvllm.ops.moe_triton import grouped_experts
+        from nvllm.ops.moe_route_triton import routed_experts
 
-        return grouped_experts(x, gate_up, down, topk_weights, topk_ids)
-    return experts_reference(x, gate_up, down, topk_weights, topk_ids)
+        return routed_experts(x, gate_up, down, router_logits, padding, top_k, renormalize)
+    weights, ids = route_step(router_logits, padding, top_k, renormalize)
+    return experts_reference(x, gate_up, down, weights, ids)
 
 
 @fused_experts.register_fake
-def _(x, gate_up, down, topk_weights, topk_ids):
+def _(x, gate_up, down, router_logits, padding, top_k, renormalize):
     return torch.empty_like(x)

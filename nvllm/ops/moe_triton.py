@@ -90,10 +90,9 @@ def _align_kernel(
         # the slots past the end read as expert 0: taken off its count again
         outside = CHUNK - tl.sum(inside.to(tl.int32))
         counts += tl.histogram(ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    run_start = tl.sum(tl.where(experts < expert, padded, 0))
-    count = tl.sum(tl.where(experts == expert, counts, 0))
-    run_length = tl.sum(tl.where(experts == expert, padded, 0))
+    run_start = pad_runs_and_tile_experts(
+        sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
+    )
     seen = tl.full([], 0, tl.int32)
     for start in range(0, num_pairs, CHUNK):
         offsets = start + tl.arange(0, CHUNK)
@@ -102,6 +101,28 @@ def _align_kernel(
         rank = seen + tl.cumsum(mine, 0) - 1
         tl.store(sorted_pairs_ptr + run_start + rank, offsets, mask=mine != 0)
         seen += tl.sum(mine)
+
+
+@triton.jit
+def pad_runs_and_tile_experts(
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    counts,
+    expert,
+    num_pairs,
+    capacity,
+    NUM_EXPERTS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    """The part of `align_by_expert`'s layout that follows from the experts' pair `counts` alone, written by
+    `expert`'s program: its run's padding slots and its tiles' expert; the last expert's program also fills
+    the slots and tiles past every run. Returns where `expert`'s run starts."""
+    experts = tl.arange(0, counts.shape[0])
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    run_start = tl.sum(tl.where(experts < expert, padded, 0))
+    count = tl.sum(tl.where(experts == expert, counts, 0))
+    run_length = tl.sum(tl.where(experts == expert, padded, 0))
     padding = count + tl.arange(0, BLOCK_M)
     tl.store(sorted_pairs_ptr + run_start + padding, num_pairs, mask=padding < run_length)
     for tile in range(0, run_length // BLOCK_M, CHUNK):
@@ -116,6 +137,18 @@ def _align_kernel(
         for start in range(total // BLOCK_M, num_tiles, CHUNK):
             tiles = start + tl.arange(0, CHUNK)
             tl.store(tile_expert_ptr + tiles, NUM_EXPERTS, mask=tiles < num_tiles)
+    return run_start
+
+
+def empty_tiles(
+    num_pairs: int, num_experts: int, block_m: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`align_by_expert`'s outputs, unwritten: their lengths depend only on the shapes, as at most
+    min(E, pairs) experts are used, each padded by less than `block_m`."""
+    capacity = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
+    sorted_pairs = torch.empty(capacity, dtype=torch.int32, device=device)
+    tile_expert = torch.empty(triton.cdiv(capacity, block_m), dtype=torch.int32, device=device)
+    return sorted_pairs, tile_expert
 
 
 def align_by_expert(
@@ -124,17 +157,15 @@ def align_by_expert(
     """The pairs' indices (t * k + j) sorted by expert (in order within an expert), each expert's run padded
     to a multiple of `block_m` with the index `num_pairs`; and each tile's expert (`num_experts` for tiles
     past the last run). Their lengths depend only on the shapes: at most min(E, pairs) experts are used,
-    each padded by less than `block_m`. One kernel launch."""
+    each padded by less than `block_m` (`empty_tiles`). One kernel launch."""
     num_pairs = topk_ids.numel()
-    capacity = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
-    sorted_pairs = torch.empty(capacity, dtype=torch.int32, device=topk_ids.device)
-    tile_expert = torch.empty(triton.cdiv(capacity, block_m), dtype=torch.int32, device=topk_ids.device)
+    sorted_pairs, tile_expert = empty_tiles(num_pairs, num_experts, block_m, topk_ids.device)
     _align_kernel[(num_experts,)](
         topk_ids.contiguous(),
         sorted_pairs,
         tile_expert,
         num_pairs,
-        capacity,
+        sorted_pairs.numel(),
         NUM_EXPERTS=num_experts,
         EXPERTS_POW2=triton.next_power_of_2(num_experts),
         BLOCK_M=block_m,
@@ -250,13 +281,29 @@ def grouped_experts(
 ) -> torch.Tensor:
     """`nvllm.ops.moe_ops.experts_reference`'s result from the two grouped matmuls."""
     num_tokens, top_k = topk_ids.shape
+    num_experts = gate_up.shape[0]
+    if num_tokens * top_k == 0:
+        return torch.zeros_like(x)
+    block_m = row_tile(num_tokens * top_k, num_experts)
+    sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
+    return aligned_experts(x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m)
+
+
+def aligned_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    tile_expert: torch.Tensor,
+    block_m: int,
+) -> torch.Tensor:
+    """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
+    layout), the k pairs of each token summed."""
+    num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
-    if num_pairs == 0:
-        return torch.zeros_like(x)
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
-    block_m = row_tile(num_pairs, num_experts)
-    sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
     pair_weights = topk_weights.flatten().contiguous()
     activated = x.new_empty((num_pairs, intermediate))
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)

@@ -17,11 +17,12 @@ import torch.nn.functional as F
 
 from nvllm import LLM, SamplingParams
 from nvllm.config import EngineConfig, ParallelConfig
-from nvllm.layers.fused_moe import FusedMoE, padding_follows_first, route
+from nvllm.layers.fused_moe import FusedMoE
 from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
 from nvllm.models.weights import hf_parameter_shapes, load_weights, random_tensors
+from nvllm.ops.moe_routing import padding_follows_first, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from experiments.harness.parity import precision_noise
-from nvllm.layers.fused_moe import route
 from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_routing import route
 from tests.helpers.family_checkpoints import write_family_checkpoint
 from tests.helpers.gpu_parity import assert_follows_transformers_up_to_bf16
 from tests.helpers.parallel_oracle import relative_error

@@ -1,0 +1,189 @@
+"""A small batch's mixture-of-experts routing as one Triton kernel: from the router's logits `[T, E]` to
+what `nvllm.ops.moe_routing.route_step` and `nvllm.ops.moe_triton.align_by_expert` produce together (each
+token's weights and experts, the padding tokens following the first token's, and the pairs sorted by
+expert into row tiles, in the same layout and capacity). Separately they are several launches, each of a
+few floats, that cost a decode step more in latency than in work.
+
+One program per expert, as `align_by_expert`'s kernel: each routes every token (the whole `[T, E]` tile of
+logits sits in its registers, so batches are limited to `MAX_FUSED_LOGITS` logits), then writes its own
+expert's run of pairs; the first program writes the weights and experts. Top-k is k passes of a row
+maximum taking the lowest index among equal probabilities, the rule of `route`'s stable sort; a NaN
+probability counts as larger than every number, as in that sort. The softmax and the renormalisation divide
+rounding to nearest (as eager torch; inductor's Triton division is an approximation unless asked), and the
+renormalising sum adds the k weights in the reduction's order, not necessarily torch's: a weight may
+differ from `route`'s in its last bit."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from nvllm.ops.moe_routing import route_step
+from nvllm.ops.moe_triton import (
+    align_by_expert,
+    aligned_experts,
+    empty_tiles,
+    pad_runs_and_tile_experts,
+    row_tile,
+)
+
+# 64 tokens of a 128-expert router (Qwen3-MoE's): a decode batch. The tile is held a few times over (logits,
+# probabilities, the candidates left), which at 8 warps is about a hundred registers a thread; larger
+# batches route with torch, where the launches matter less beside the step's work.
+MAX_FUSED_LOGITS = 8192
+
+
+def fits_fused_routing(num_tokens: int, num_experts: int) -> bool:
+    """Whether a batch of `num_tokens` routed over `num_experts` experts takes the fused kernel."""
+    return 0 < num_tokens and triton.next_power_of_2(num_tokens) * triton.next_power_of_2(num_experts) <= (
+        MAX_FUSED_LOGITS
+    )
+
+
+@triton.jit
+def _route_and_align_kernel(
+    logits_ptr,
+    padding_ptr,
+    weights_ptr,
+    ids_ptr,
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    num_tokens,
+    stride_logits,
+    capacity,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    TOKENS_POW2: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+    CHUNK: tl.constexpr,
+):
+    expert = tl.program_id(0)
+    tokens = tl.arange(0, TOKENS_POW2)
+    experts = tl.arange(0, EXPERTS_POW2)
+    choices = tl.arange(0, TOP_K_POW2)
+    real = tokens < num_tokens
+    is_expert = experts < NUM_EXPERTS
+    logits = tl.load(
+        logits_ptr + tokens[:, None] * stride_logits + experts[None, :],
+        real[:, None] & is_expert[None, :],
+        float("-inf"),
+    ).to(tl.float32)
+    logits = tl.where(real[:, None], logits, 0.0)  # rows past the batch: finite, never stored
+    exps = tl.exp(logits - tl.max(logits, 1)[:, None])
+    probabilities = tl.div_rn(exps, tl.sum(exps, 1)[:, None])
+    # taken experts and the power-of-two padding become -1, below every probability; NaN above all
+    candidates = tl.where(probabilities != probabilities, 2.0, probabilities)
+    candidates = tl.where(is_expert[None, :], candidates, -1.0)
+    topk_weights = tl.zeros((TOKENS_POW2, TOP_K_POW2), tl.float32)
+    topk_ids = tl.zeros((TOKENS_POW2, TOP_K_POW2), tl.int32)
+    for choice in tl.static_range(TOP_K):
+        best = tl.max(candidates, 1)
+        best_id = tl.min(tl.where(candidates == best[:, None], experts[None, :], EXPERTS_POW2), 1)
+        weight = tl.where(best == 2.0, float("nan"), best)
+        topk_weights = tl.where(choices[None, :] == choice, weight[:, None], topk_weights)
+        topk_ids = tl.where(choices[None, :] == choice, best_id[:, None], topk_ids)
+        candidates = tl.where(experts[None, :] == best_id[:, None], -1.0, candidates)
+    if RENORMALIZE:
+        topk_weights = tl.div_rn(topk_weights, tl.sum(topk_weights, 1)[:, None])
+    if HAS_PADDING:
+        is_padding = tl.load(padding_ptr + tokens, real, 0) != 0
+        first_ids = tl.sum(tl.where(tokens[:, None] == 0, topk_ids, 0), 0)
+        topk_ids = tl.where(is_padding[:, None], first_ids[None, :], topk_ids)
+        topk_weights = tl.where(is_padding[:, None], 0.0, topk_weights)
+    chosen = real[:, None] & (choices < TOP_K)[None, :]
+    pairs = tokens[:, None] * TOP_K + choices[None, :]
+    if expert == 0:
+        tl.store(weights_ptr + pairs, topk_weights.to(weights_ptr.dtype.element_ty), chosen)
+        tl.store(ids_ptr + pairs, topk_ids.to(tl.int64), chosen)
+
+    num_pairs = num_tokens * TOP_K
+    flat_ids = tl.reshape(tl.where(chosen, topk_ids, 0), (TOKENS_POW2 * TOP_K_POW2,))
+    # the slots outside the batch counted as expert 0: taken off its count again
+    outside = TOKENS_POW2 * TOP_K_POW2 - num_pairs
+    counts = tl.histogram(flat_ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
+    run_start = pad_runs_and_tile_experts(
+        sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
+    )
+    # a token chooses an expert at most once, so this expert's pairs are in token order: a token's rank in
+    # the run is the number of earlier tokens that chose it
+    mine = chosen & (topk_ids == expert)
+    has_pair = tl.sum(mine.to(tl.int32), 1)
+    pair = tl.sum(tl.where(mine, pairs, 0), 1)
+    rank = tl.cumsum(has_pair, 0) - 1
+    tl.store(sorted_pairs_ptr + run_start + rank, pair, mask=has_pair != 0)
+
+
+def route_and_align(
+    router_logits: torch.Tensor,
+    padding: torch.Tensor | None,
+    top_k: int,
+    renormalize: bool,
+    block_m: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`route_step(router_logits, padding, top_k, renormalize)`'s weights and ids, and
+    `align_by_expert(ids, E, block_m)`'s sorted pairs and tile experts, from one kernel launch. For batches
+    that `fits_fused_routing`."""
+    num_tokens, num_experts = router_logits.shape
+    if not fits_fused_routing(num_tokens, num_experts):
+        raise ValueError(
+            f"fused routing holds at most {MAX_FUSED_LOGITS} logits: {num_tokens} tokens of {num_experts} "
+            "experts do not fit"
+        )
+    device = router_logits.device
+    weights = torch.empty((num_tokens, top_k), dtype=router_logits.dtype, device=device)
+    ids = torch.empty((num_tokens, top_k), dtype=torch.int64, device=device)
+    sorted_pairs, tile_expert = empty_tiles(num_tokens * top_k, num_experts, block_m, device)
+    logits = router_logits.contiguous()
+    tokens_pow2, experts_pow2 = triton.next_power_of_2(num_tokens), triton.next_power_of_2(num_experts)
+    _route_and_align_kernel[(num_experts,)](
+        logits,
+        logits if padding is None else padding.view(torch.uint8),
+        weights,
+        ids,
+        sorted_pairs,
+        tile_expert,
+        num_tokens,
+        logits.stride(0),
+        sorted_pairs.numel(),
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=experts_pow2,
+        TOP_K=top_k,
+        TOP_K_POW2=triton.next_power_of_2(top_k),
+        TOKENS_POW2=tokens_pow2,
+        BLOCK_M=block_m,
+        RENORMALIZE=renormalize,
+        HAS_PADDING=padding is not None,
+        CHUNK=1024,
+        num_warps=4 if tokens_pow2 * experts_pow2 <= 2048 else 8,
+    )
+    return weights, ids, sorted_pairs, tile_expert
+
+
+def routed_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    router_logits: torch.Tensor,
+    padding: torch.Tensor | None,
+    top_k: int,
+    renormalize: bool,
+) -> torch.Tensor:
+    """`nvllm::fused_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
+    `route_step` and `align_by_expert`; then the grouped matmuls."""
+    num_tokens, num_experts = router_logits.shape
+    if num_tokens == 0:
+        return torch.zeros_like(x)
+    block_m = row_tile(num_tokens * top_k, num_experts)
+    if fits_fused_routing(num_tokens, num_experts):
+        weights, _, sorted_pairs, tile_expert = route_and_align(
+            router_logits, padding, top_k, renormalize, block_m
+        )
+    else:
+        weights, ids = route_step(router_logits, padding, top_k, renormalize)
+        sorted_pairs, tile_expert = align_by_expert(ids, num_experts, block_m)
+    return aligned_experts(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)

@@ -1,0 +1,96 @@
+"""The fused routing kernel of small CUDA batches (`nvllm.ops.moe_route_triton`), in Triton's interpreter:
+its weights, experts, sorted pairs and tile experts against the torch routing (`route`, then
+`padding_follows_first`) and `align_by_expert` over token counts, expert counts, top-k, ties, padding rows
+and renormalisation; the experts through it against the torch reference on both sides of its limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.triton_interpreter import run_in_interpreter
+
+
+def test_the_fused_routing_equals_route_padding_and_align():
+    run_in_interpreter(
+        """
+import itertools
+import torch
+from nvllm.ops.moe_route_triton import route_and_align
+from nvllm.ops.moe_routing import route_step
+from nvllm.ops.moe_triton import align_by_expert, row_tile
+generator = torch.Generator().manual_seed(0)
+# (tokens, experts, top-k): a single stream, a padded pair, an odd batch, the largest fused batch of
+# Qwen3-MoE's 128 experts, and smaller routers
+shapes = [(1, 8, 2), (2, 16, 4), (7, 128, 8), (64, 128, 8), (64, 8, 2), (7, 16, 4)]
+combinations = list(
+    itertools.product((torch.float32, torch.bfloat16), (True, False), ("random", "ties"), (False, True))
+)
+# each of the interpreter's 128 programs routes every token: for the larger router, four combinations that
+# take each setting twice
+cases = [
+    (shape, *combination)
+    for shape in shapes
+    for combination in (combinations[::5] if shape[1] == 128 else combinations)
+]
+for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
+    if logits_kind == "ties":  # a few values only: many experts tie within a row, and rows tie too
+        logits = torch.randint(0, 3, (tokens, experts), generator=generator).to(dtype)
+    else:
+        logits = (2 * torch.randn(tokens, experts, generator=generator)).to(dtype)
+    padding = None
+    if padded:  # the last rows are padding, and one in the middle where there is one
+        padding = torch.arange(tokens) >= tokens - tokens // 3 - 1
+        padding[tokens // 2] = tokens > 2
+    case = (tokens, experts, top_k, dtype, renormalize, logits_kind, padded)
+    block_m = row_tile(tokens * top_k, experts)
+    weights, ids, sorted_pairs, tile_expert = route_and_align(logits, padding, top_k, renormalize, block_m)
+    expected_weights, expected_ids = route_step(logits, padding, top_k, renormalize)
+    expected_pairs, expected_tiles = align_by_expert(expected_ids, experts, block_m)
+    assert ids.dtype == expected_ids.dtype and torch.equal(ids, expected_ids), case
+    assert weights.dtype == expected_weights.dtype, case
+    # the softmax's and the renormalising sum's order may differ from torch's in the last bit; and the
+    # interpreter truncates a cast to bf16 where the GPU rounds it to nearest: one bf16 step at most
+    rtol = 1e-6 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(weights, expected_weights, atol=0, rtol=rtol, msg=lambda m: f"{case}: {m}")
+    assert torch.equal(sorted_pairs, expected_pairs), case
+    assert torch.equal(tile_expert, expected_tiles), case
+"""
+    )
+
+
+def test_the_experts_through_the_fused_routing_equal_the_torch_reference():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_route_triton import fits_fused_routing, routed_experts
+from nvllm.ops.moe_routing import route_step
+generator = torch.Generator().manual_seed(0)
+# (tokens, experts, top-k, hidden, intermediate): fused routing, then a batch past its limit (torch's)
+shapes = [(5, 8, 2, 64, 48), (1, 16, 4, 32, 16), (300, 32, 2, 32, 16)]
+assert [fits_fused_routing(tokens, experts) for tokens, experts, *_ in shapes] == [True, True, False]
+for tokens, experts, top_k, hidden, intermediate in shapes:
+    x = torch.randn(tokens, hidden, generator=generator)
+    gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
+    down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+    logits = torch.randn(tokens, experts, generator=generator)
+    padding = torch.arange(tokens) >= tokens - 1
+    for step_padding in (None, padding):
+        expected = experts_reference(x, gate_up, down, *route_step(logits, step_padding, top_k, True))
+        ours = routed_experts(x, gate_up, down, logits, step_padding, top_k, True)
+        torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    assert ours[-1].eq(0).all() if tokens > 1 else True
+"""
+    )
+
+
+def test_the_fused_routing_takes_decode_batches_of_128_experts_and_refuses_more():
+    pytest.importorskip("triton")
+    import torch
+
+    from nvllm.ops.moe_route_triton import fits_fused_routing, route_and_align
+
+    assert fits_fused_routing(64, 128) and fits_fused_routing(1, 128) and fits_fused_routing(1024, 8)
+    assert not fits_fused_routing(65, 128) and not fits_fused_routing(0, 128)
+    with pytest.raises(ValueError, match="65 tokens of 128 experts do not fit"):
+        route_and_align(torch.zeros(65, 128), None, top_k=8, renormalize=True, block_m=16)
