@@ -38,9 +38,9 @@ for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
     else:
         logits = (2 * torch.randn(tokens, experts, generator=generator)).to(dtype)
     padding = None
-    if padded:  # the last rows are padding, and one in the middle where there is one
+    if padded:  # the last rows are padding (a single stream's only row too), and one in the middle
         padding = torch.arange(tokens) >= tokens - tokens // 3 - 1
-        padding[tokens // 2] = tokens > 2
+        padding[tokens // 2] |= tokens > 2
     case = (tokens, experts, top_k, dtype, renormalize, logits_kind, padded)
     block_m = row_tile(tokens * top_k, experts)
     weights, ids, sorted_pairs, tile_expert = route_and_align(logits, padding, top_k, renormalize, block_m)
