@@ -1,8 +1,10 @@
-"""A decode batch's mixture-of-experts routing on the GPU, Qwen3-30B-A3B's router (128 experts, 8 a token,
-bf16 logits, renormalised, with a padding mask): today's path — the softmax, sort and slices as inductor
-compiles `route_step`, then `align_by_expert`'s kernel — and the same in eager torch (the path of batches
-past the fused kernel's limit), against the one fused kernel (`route_and_align`). Each time is one call in a
-CUDA graph with its inputs read from memory (`experiments.kernels.skinny_matmul_bench.time_us`).
+"""A batch's mixture-of-experts routing on the GPU, Qwen3-30B-A3B's router (128 experts, 8 a token, bf16
+logits, renormalised, with a padding mask): the path before the fused kernel — the softmax, sort and slices
+as inductor compiles `route_step`, then `align_by_expert`'s kernel — and the same in eager torch, against
+the one fused kernel (`route_and_align`) where the batch fits it. Larger batches (256, 1024 tokens) now
+route in eager torch inside `nvllm::fused_experts`: their two rows show what that costs against inductor's
+kernels. Each time is one call in a CUDA graph with its inputs read from memory
+(`experiments.kernels.skinny_matmul_bench.time_us`).
 
 `python -m experiments.kernels.moe_routing_bench`"""
 
@@ -13,12 +15,12 @@ from functools import partial
 import torch
 
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops.moe_route_triton import route_and_align
+from nvllm.ops.moe_route_triton import fits_fused_routing, route_and_align
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_triton import align_by_expert, row_tile
 
 NUM_EXPERTS, TOP_K = 128, 8
-TOKENS = (1, 8, 64)
+TOKENS = (1, 8, 64, 256, 1024)
 
 
 def torch_routing(route, logits: torch.Tensor, padding: torch.Tensor, block_m: int):
@@ -37,8 +39,9 @@ def main() -> None:
         times = {
             "inductor+align": time_us(partial(torch_routing, compiled_route, logits, padding, block_m)),
             "eager+align": time_us(partial(torch_routing, route_step, logits, padding, block_m)),
-            "fused": time_us(partial(route_and_align, logits, padding, TOP_K, True, block_m)),
         }
+        if fits_fused_routing(tokens, NUM_EXPERTS):
+            times["fused"] = time_us(partial(route_and_align, logits, padding, TOP_K, True, block_m))
         report = ", ".join(f"{name} {us:6.1f} us" for name, us in times.items())
         print(f"{tokens:3d} tokens: {report}", flush=True)
 

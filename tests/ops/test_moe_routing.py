@@ -54,6 +54,14 @@ for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
     torch.testing.assert_close(weights, expected_weights, atol=0, rtol=rtol, msg=lambda m: f"{case}: {m}")
     assert torch.equal(sorted_pairs, expected_pairs), case
     assert torch.equal(tile_expert, expected_tiles), case
+# a NaN logit makes its row's probabilities NaN, which the stable sort puts first: experts 0, 1, 2
+logits = torch.randn(3, 8, generator=generator)
+logits[1, 5] = float("nan")
+weights, ids, sorted_pairs, _ = route_and_align(logits, None, 3, True, 16)
+expected_weights, expected_ids = route_step(logits, None, 3, True)
+assert torch.equal(ids, expected_ids) and ids[1].tolist() == [0, 1, 2], ids
+torch.testing.assert_close(weights, expected_weights, equal_nan=True)
+assert torch.equal(sorted_pairs, align_by_expert(expected_ids, 8, 16)[0])
 """
     )
 
