@@ -1,9 +1,9 @@
 """A batch's mixture-of-experts routing on the GPU, Qwen3-30B-A3B's router (128 experts, 8 a token, bf16
 logits, renormalised, with a padding mask): the path before the fused kernel — the softmax, sort and slices
 as inductor compiles `route_step`, then `align_by_expert`'s kernel — and the same in eager torch, against
-the one fused kernel (`route_and_align`) where the batch fits it. Larger batches (256, 1024 tokens) now
-route in eager torch inside `nvllm::fused_experts`: their two rows show what that costs against inductor's
-kernels. Each time is one call in a CUDA graph with its inputs read from memory
+the one fused kernel (`route_and_align`) where the batch fits it. Larger batches (256, 1024 tokens) route in
+eager torch inside `nvllm::routed_experts` (`model.moe_routing_kernel=true`): their two rows show what that
+costs against inductor's kernels. Each time is one call in a CUDA graph with its inputs read from memory
 (`experiments.kernels.skinny_matmul_bench.time_us`).
 
 `python -m experiments.kernels.moe_routing_bench`"""

@@ -11,8 +11,9 @@ experts `[rank * E / ranks, (rank + 1) * E / ranks)` whole, and the layer would 
 pair to its expert's rank and back (two all-to-alls around `nvllm::fused_experts`, over the local experts)
 instead of the all-reduce.
 
-The routing (softmax, top-k, its rule on ties, the padding tokens') is `nvllm.ops.moe_routing`'s, computed
-inside `nvllm::fused_experts` from the router's logits."""
+The routing (softmax, top-k, its rule on ties, the padding tokens') is `nvllm.ops.moe_routing`'s: compiled
+into the layer's graph before `nvllm::fused_experts`, or, with `routing_kernel` (`model.moe_routing_kernel`),
+inside `nvllm::routed_experts`, which routes a small CUDA batch in one Triton kernel."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from torch import nn
 
 from nvllm.distributed.group import all_reduce, tp_rank, tp_size
 from nvllm.ops.linear_ops import apply_linear
-from nvllm.ops.moe_ops import fused_experts
+from nvllm.ops.moe_ops import fused_experts, routed_experts
+from nvllm.ops.moe_routing import route_step
 
 
 class Router(nn.Module):
@@ -72,19 +74,26 @@ class ExpertWeights(nn.Module):
 
 class FusedMoE(nn.Module):
     def __init__(
-        self, hidden_size: int, num_experts: int, top_k: int, intermediate_size: int, renormalize: bool
+        self,
+        hidden_size: int,
+        num_experts: int,
+        top_k: int,
+        intermediate_size: int,
+        renormalize: bool,
+        routing_kernel: bool = False,
     ):
         super().__init__()
-        self.top_k, self.renormalize = top_k, renormalize
+        self.top_k, self.renormalize, self.routing_kernel = top_k, renormalize, routing_kernel
         self.gate = Router(hidden_size, num_experts)
         self.experts = ExpertWeights(num_experts, hidden_size, intermediate_size)
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
         """`padding` [T] bool: the step's padding tokens, whose outputs nobody reads
         (`nvllm.ops.moe_routing.padding_follows_first`)."""
-        experts = self.experts
+        gate_up, down = self.experts.gate_up_proj, self.experts.down_proj
         logits = self.gate(x)
-        out = fused_experts(
-            x, experts.gate_up_proj, experts.down_proj, logits, padding, self.top_k, self.renormalize
-        )
+        if self.routing_kernel:
+            out = routed_experts(x, gate_up, down, logits, padding, self.top_k, self.renormalize)
+        else:
+            out = fused_experts(x, gate_up, down, *route_step(logits, padding, self.top_k, self.renormalize))
         return all_reduce(out)

@@ -65,6 +65,7 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
             config.num_experts_per_tok,
             config.moe_intermediate_size,
             config.norm_topk_prob,
+            routing_kernel=config.moe_routing_kernel,
         )
 
     @staticmethod

@@ -1,7 +1,8 @@
-"""`nvllm::fused_experts`: a mixture-of-experts layer's routing and experts, each token through the gated
-MLPs its router chose, weighted by the router and summed, as one custom op, so that the whole layer traces
-into the compiled graph whatever the routing (the op is opaque to dynamo; its work depends on the data). It
-takes the router's logits rather than the routing, so that a small batch's routing is one kernel.
+"""`nvllm::fused_experts`: a mixture-of-experts layer's experts, each token through the gated MLPs its router
+chose, weighted by the router and summed, as one custom op, so that the whole layer traces into the compiled
+graph whatever the routing (the op is opaque to dynamo; its work depends on the data). `nvllm::routed_experts`
+takes the router's logits instead and routes inside the op, so that a small batch's routing is one kernel
+(`model.moe_routing_kernel`).
 
 On CUDA it runs the Triton kernels (`nvllm.ops.moe_route_triton`, `nvllm.ops.moe_triton`: no host sync, so
 it is captured in CUDA graphs); elsewhere the torch routing (`nvllm.ops.moe_routing`) and the torch
@@ -49,21 +50,42 @@ def fused_experts(
     x: torch.Tensor,
     gate_up: torch.Tensor,
     down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+) -> torch.Tensor:
+    """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
+    if x.is_cuda:
+        from nvllm.ops.moe_triton import grouped_experts
+
+        return grouped_experts(x, gate_up, down, topk_weights, topk_ids)
+    return experts_reference(x, gate_up, down, topk_weights, topk_ids)
+
+
+@fused_experts.register_fake
+def _(x, gate_up, down, topk_weights, topk_ids):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("nvllm::routed_experts", mutates_args=())
+def routed_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
     router_logits: torch.Tensor,
     padding: torch.Tensor | None,
     top_k: int,
     renormalize: bool,
 ) -> torch.Tensor:
-    """The experts of `route_step(router_logits, padding, top_k, renormalize)`'s routing,
-    `experts_reference`'s result; on CUDA from the Triton kernels (small batches routed by one kernel)."""
+    """`fused_experts` of `route_step(router_logits, padding, top_k, renormalize)`'s routing, the routing
+    inside the op: on CUDA a small batch is routed by one Triton kernel (`model.moe_routing_kernel`)."""
     if x.is_cuda:
-        from nvllm.ops.moe_route_triton import routed_experts
+        from nvllm.ops.moe_route_triton import routed_experts as routed_on_cuda
 
-        return routed_experts(x, gate_up, down, router_logits, padding, top_k, renormalize)
+        return routed_on_cuda(x, gate_up, down, router_logits, padding, top_k, renormalize)
     weights, ids = route_step(router_logits, padding, top_k, renormalize)
     return experts_reference(x, gate_up, down, weights, ids)
 
 
-@fused_experts.register_fake
+@routed_experts.register_fake
 def _(x, gate_up, down, router_logits, padding, top_k, renormalize):
     return torch.empty_like(x)

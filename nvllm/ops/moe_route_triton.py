@@ -173,7 +173,7 @@ def routed_experts(
     top_k: int,
     renormalize: bool,
 ) -> torch.Tensor:
-    """`nvllm::fused_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
+    """`nvllm::routed_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
     `route_step` and `align_by_expert`; then the grouped matmuls."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:

@@ -40,10 +40,12 @@ def test_greedy_tokens_and_logprobs_equal_transformers(moe_checkpoint, tp):
     assert_greedy_equals_transformers(moe_checkpoint, tensor_parallel_size=tp)
 
 
-def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint):
-    """The router and `nvllm::fused_experts` inside the compiled regions (fullgraph=True): the sparse and the
-    dense layer are a graph each (and each again for cascade decode), the final norm one; no graph breaks,
-    no recompiles after warm-up, the eager model's tokens."""
+@pytest.mark.parametrize("routing_kernel", [False, True])
+def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint, routing_kernel):
+    """The router and `nvllm::fused_experts` (or, with `model.moe_routing_kernel`, `nvllm::routed_experts`)
+    inside the compiled regions (fullgraph=True): the sparse and the dense layer are a graph each (and each
+    again for cascade decode), the final norm one; no graph breaks, no recompiles after warm-up, the default
+    eager model's tokens."""
     prompts = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
     staggered = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (12, 7, 3)]
     settings = dict(
@@ -54,7 +56,15 @@ def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint):
     torch._dynamo.reset()
     counters = torch._dynamo.utils.counters
     counters.clear()
-    with LLM(str(moe_checkpoint), enforce_eager=False, compile__compile_prefill=True, **settings) as compiled:
+    with LLM(
+        str(moe_checkpoint),
+        enforce_eager=False,
+        compile__compile_prefill=True,
+        model__moe_routing_kernel=routing_kernel,
+        **settings,
+    ) as compiled:
+        layers = [m for m in compiled.model_runner.model.modules() if isinstance(m, FusedMoE)]
+        assert layers and all(layer.routing_kernel == routing_kernel for layer in layers)
         assert counters["stats"]["unique_graphs"] == 5
         compiled.model_runner.trust_decode_guards = False  # a recompile would show instead of running
         outputs = compiled.generate(prompts, staggered, use_tqdm=False)
