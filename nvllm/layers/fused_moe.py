@@ -13,7 +13,7 @@ instead of the all-reduce.
 
 The routing (softmax, top-k, its rule on ties, the padding tokens') is `nvllm.ops.moe_routing`'s: compiled
 into the layer's graph before `nvllm::fused_experts`, or, with `routing_kernel` (`model.moe_routing_kernel`),
-inside `nvllm::routed_experts`, which routes a small CUDA batch in one Triton kernel."""
+inside `nvllm::routed_experts`, which routes a CUDA batch with Triton kernels (a small one in one kernel)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def routed_experts(
     renormalize: bool,
 ) -> torch.Tensor:
     """`fused_experts` of `route_step(router_logits, padding, top_k, renormalize)`'s routing, the routing
-    inside the op: on CUDA a small batch is routed by one Triton kernel (`model.moe_routing_kernel`)."""
+    inside the op: on CUDA by Triton kernels (`model.moe_routing_kernel`), one in all for a small batch."""
     if x.is_cuda:
         from nvllm.ops.moe_route_triton import routed_experts as routed_on_cuda
 

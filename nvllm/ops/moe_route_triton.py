@@ -6,12 +6,9 @@ few floats, that cost a decode step more in latency than in work.
 
 One program per expert, as `align_by_expert`'s kernel: each routes every token (the whole `[T, E]` tile of
 logits sits in its registers, so batches are limited to `MAX_FUSED_LOGITS` logits), then writes its own
-expert's run of pairs; the first program writes the weights and experts. Top-k is k passes of a row
-maximum taking the lowest index among equal probabilities, the rule of `route`'s stable sort; a NaN
-probability counts as larger than every number, as in that sort. The softmax and the renormalisation divide
-rounding to nearest (as eager torch; inductor's Triton division is an approximation unless asked), and the
-renormalising sum adds the k weights in the reduction's order, not necessarily torch's: a weight may
-differ from `route`'s in its last bit."""
+expert's run of pairs; the first program writes the weights and experts. The router's rule is
+`moe_topk_triton`'s. Larger batches are routed by `moe_route_tokens_triton` (a program per block of
+tokens), then sorted by `align_by_expert`."""
 
 from __future__ import annotations
 
@@ -19,7 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.moe_routing import route_step
+from nvllm.ops.moe_route_tokens_triton import route_tokens
+from nvllm.ops.moe_topk_triton import padding_follows_first_rows, route_rows
 from nvllm.ops.moe_triton import (
     align_by_expert,
     aligned_experts,
@@ -30,7 +28,7 @@ from nvllm.ops.moe_triton import (
 
 # 64 tokens of a 128-expert router (Qwen3-MoE's): a decode batch. The tile is held a few times over (logits,
 # probabilities, the candidates left), which at 8 warps is about a hundred registers a thread; larger
-# batches route with torch, where the launches matter less beside the step's work.
+# batches are routed a block of tokens a program, then sorted by expert by a second kernel.
 MAX_FUSED_LOGITS = 8192
 
 
@@ -67,34 +65,22 @@ def _route_and_align_kernel(
     experts = tl.arange(0, EXPERTS_POW2)
     choices = tl.arange(0, TOP_K_POW2)
     real = tokens < num_tokens
-    is_expert = experts < NUM_EXPERTS
-    logits = tl.load(
-        logits_ptr + tokens[:, None] * stride_logits + experts[None, :],
-        real[:, None] & is_expert[None, :],
-        float("-inf"),
-    ).to(tl.float32)
-    logits = tl.where(real[:, None], logits, 0.0)  # rows past the batch: finite, never stored
-    exps = tl.exp(logits - tl.max(logits, 1)[:, None])
-    probabilities = tl.div_rn(exps, tl.sum(exps, 1)[:, None])
-    # taken experts and the power-of-two padding become -1, below every probability; NaN above all
-    candidates = tl.where(probabilities != probabilities, 2.0, probabilities)
-    candidates = tl.where(is_expert[None, :], candidates, -1.0)
-    topk_weights = tl.zeros((TOKENS_POW2, TOP_K_POW2), tl.float32)
-    topk_ids = tl.zeros((TOKENS_POW2, TOP_K_POW2), tl.int32)
-    for choice in tl.static_range(TOP_K):
-        best = tl.max(candidates, 1)
-        best_id = tl.min(tl.where(candidates == best[:, None], experts[None, :], EXPERTS_POW2), 1)
-        weight = tl.where(best == 2.0, float("nan"), best)
-        topk_weights = tl.where(choices[None, :] == choice, weight[:, None], topk_weights)
-        topk_ids = tl.where(choices[None, :] == choice, best_id[:, None], topk_ids)
-        candidates = tl.where(experts[None, :] == best_id[:, None], -1.0, candidates)
-    if RENORMALIZE:
-        topk_weights = tl.div_rn(topk_weights, tl.sum(topk_weights, 1)[:, None])
+    topk_weights, topk_ids = route_rows(
+        logits_ptr,
+        stride_logits,
+        0,
+        num_tokens,
+        TOKENS_POW2,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+    )
     if HAS_PADDING:
         is_padding = tl.load(padding_ptr + tokens, real, 0) != 0
         first_ids = tl.sum(tl.where(tokens[:, None] == 0, topk_ids, 0), 0)
-        topk_ids = tl.where(is_padding[:, None], first_ids[None, :], topk_ids)
-        topk_weights = tl.where(is_padding[:, None], 0.0, topk_weights)
+        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
     chosen = real[:, None] & (choices < TOP_K)[None, :]
     pairs = tokens[:, None] * TOP_K + choices[None, :]
     if expert == 0:
@@ -174,7 +160,7 @@ def routed_experts(
     renormalize: bool,
 ) -> torch.Tensor:
     """`nvllm::routed_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
-    `route_step` and `align_by_expert`; then the grouped matmuls."""
+    `route_tokens` and `align_by_expert`; then the grouped matmuls."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
@@ -184,6 +170,6 @@ def routed_experts(
             router_logits, padding, top_k, renormalize, block_m
         )
     else:
-        weights, ids = route_step(router_logits, padding, top_k, renormalize)
+        weights, ids = route_tokens(router_logits, padding, top_k, renormalize)
         sorted_pairs, tile_expert = align_by_expert(ids, num_experts, block_m)
     return aligned_experts(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)

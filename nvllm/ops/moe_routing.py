@@ -1,7 +1,7 @@
 """A mixture-of-experts router's choice, in torch: each token's `top_k` experts and their weights from the
-router's logits, and the rule for the step's padding tokens. The CPU and large batches route with these; the
-fused Triton routing of small CUDA batches (`nvllm.ops.moe_route_triton`) computes the same and is tested
-against them.
+router's logits, and the rule for the step's padding tokens. The CPU routes with these; the Triton routing
+of CUDA batches (`nvllm.ops.moe_route_triton`, `nvllm.ops.moe_route_tokens_triton`) computes the same and
+is tested against them.
 
 Router ties: among equal probabilities the lower expert index is chosen first, on every device (a stable
 sort). `torch.topk`, which transformers' router uses, has no rule for ties (on the CPU it may return any of

@@ -1,7 +1,9 @@
 """The fused routing kernel of small CUDA batches (`nvllm.ops.moe_route_triton`), in Triton's interpreter:
 its weights, experts, sorted pairs and tile experts against the torch routing (`route`, then
 `padding_follows_first`) and `align_by_expert` over token counts, expert counts, top-k, ties, padding rows
-and renormalisation; the experts through it against the torch reference on both sides of its limit."""
+and renormalisation; the same for the routing kernel of larger batches (`nvllm.ops.moe_route_tokens_triton`,
+a program per block of tokens); the experts through them against the torch reference on both sides of the
+fused kernel's limit."""
 
 from __future__ import annotations
 
@@ -66,6 +68,56 @@ assert torch.equal(sorted_pairs, align_by_expert(expected_ids, 8, 16)[0])
     )
 
 
+def test_the_routing_of_large_batches_equals_route_and_padding():
+    run_in_interpreter(
+        """
+import itertools
+import torch
+from nvllm.ops.moe_route_tokens_triton import route_tokens, routing_block_tokens
+from nvllm.ops.moe_routing import route_step
+generator = torch.Generator().manual_seed(0)
+# (tokens, experts, top-k): one token past the fused limit of 128 experts, a decode batch of 300 rows and
+# a prefill of 1000; blocks that do not divide them (the last one partly outside the batch)
+shapes = [(65, 128, 8), (300, 128, 8), (1000, 128, 2), (65, 8, 2), (300, 8, 8), (1000, 8, 2)]
+assert routing_block_tokens(128) == 16 and routing_block_tokens(8) == 256
+combinations = list(
+    itertools.product((torch.float32, torch.bfloat16), (True, False), ("random", "ties"), (False, True))
+)
+for (tokens, experts, top_k), (dtype, renormalize, logits_kind, padded) in itertools.product(
+    shapes, combinations
+):
+    if logits_kind == "ties":  # a few values only: many experts tie within a row, and rows tie too
+        logits = torch.randint(0, 3, (tokens, experts), generator=generator).to(dtype)
+    else:
+        logits = (2 * torch.randn(tokens, experts, generator=generator)).to(dtype)
+    padding = None
+    if padded:  # the last rows are padding, and rows in other blocks than the first token's
+        padding = torch.arange(tokens) >= tokens - tokens // 3 - 1
+        padding[tokens // 2] = padding[17] = True
+    case = (tokens, experts, top_k, dtype, renormalize, logits_kind, padded)
+    weights, ids = route_tokens(logits, padding, top_k, renormalize)
+    expected_weights, expected_ids = route_step(logits, padding, top_k, renormalize)
+    assert ids.dtype == expected_ids.dtype and torch.equal(ids, expected_ids), case
+    assert weights.dtype == expected_weights.dtype, case
+    # as the fused kernel's: the last fp32 bit, and the interpreter's truncating cast to bf16
+    rtol = 1e-6 if dtype == torch.float32 else 2**-7
+    torch.testing.assert_close(weights, expected_weights, atol=0, rtol=rtol, msg=lambda m: f"{case}: {m}")
+# a NaN logit makes its row's probabilities NaN, which the stable sort puts first: experts 0, 1, 2; the
+# first token's NaN row is what the padding rows follow
+logits = torch.randn(70, 8, generator=generator)
+logits[0, 3] = logits[40, 5] = float("nan")
+padding = torch.arange(70) >= 60
+weights, ids = route_tokens(logits, padding, 3, True)
+expected_weights, expected_ids = route_step(logits, padding, 3, True)
+assert torch.equal(ids, expected_ids) and ids[40].tolist() == ids[65].tolist() == [0, 1, 2], ids
+torch.testing.assert_close(weights, expected_weights, equal_nan=True)
+# an empty batch: nothing launched, empty outputs
+weights, ids = route_tokens(torch.zeros(0, 8), None, 2, True)
+assert weights.shape == ids.shape == (0, 2)
+"""
+    )
+
+
 def test_the_experts_through_the_fused_routing_equal_the_torch_reference():
     run_in_interpreter(
         """
@@ -74,9 +126,10 @@ from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_route_triton import fits_fused_routing, routed_experts
 from nvllm.ops.moe_routing import route_step
 generator = torch.Generator().manual_seed(0)
-# (tokens, experts, top-k, hidden, intermediate): fused routing, then a batch past its limit (torch's)
-shapes = [(5, 8, 2, 64, 48), (1, 16, 4, 32, 16), (300, 32, 2, 32, 16)]
-assert [fits_fused_routing(tokens, experts) for tokens, experts, *_ in shapes] == [True, True, False]
+# (tokens, experts, top-k, hidden, intermediate): fused routing, then batches past its limit (routed a
+# block of tokens a program)
+shapes = [(5, 8, 2, 64, 48), (1, 16, 4, 32, 16), (300, 32, 2, 32, 16), (65, 128, 8, 32, 16)]
+assert [fits_fused_routing(tokens, experts) for tokens, experts, *_ in shapes] == [True, True, False, False]
 for tokens, experts, top_k, hidden, intermediate in shapes:
     x = torch.randn(tokens, hidden, generator=generator)
     gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
@@ -102,3 +155,13 @@ def test_the_fused_routing_takes_decode_batches_of_128_experts_and_refuses_more(
     assert not fits_fused_routing(65, 128) and not fits_fused_routing(0, 128)
     with pytest.raises(ValueError, match="65 tokens of 128 experts do not fit"):
         route_and_align(torch.zeros(65, 128), None, top_k=8, renormalize=True, block_m=16)
+
+
+def test_the_routing_of_large_batches_refuses_a_top_k_beyond_the_experts():
+    pytest.importorskip("triton")
+    import torch
+
+    from nvllm.ops.moe_route_tokens_triton import route_tokens
+
+    with pytest.raises(ValueError, match="top_k must be between 1 and the 8 experts, got 9"):
+        route_tokens(torch.zeros(100, 8), None, top_k=9, renormalize=True)

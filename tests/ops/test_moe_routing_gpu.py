@@ -1,6 +1,7 @@
 """The fused routing kernel on the GPU: Qwen3-30B-A3B's router (128 experts, 8 a token, bf16 logits) against
 the torch routing and `align_by_expert` at decode batch sizes, and replayed in a CUDA graph with other
-logits and another padding mask (no host sync, sizes from the shapes alone).
+logits and another padding mask (no host sync, sizes from the shapes alone); the same for the routing
+kernel of larger batches (`route_tokens`, a program per block of tokens) at decode and prefill sizes.
 `python -m pytest -m gpu tests/ops/test_moe_routing_gpu.py`."""
 
 from __future__ import annotations
@@ -51,3 +52,30 @@ def test_the_fused_routing_replays_in_a_cuda_graph():
     graph.replay()
     for ours, eager in zip(outputs, route_and_align(logits, padding, TOP_K, True, 16), strict=True):
         assert torch.equal(ours, eager)
+
+
+@pytest.mark.parametrize("num_tokens", [65, 256, 1024, 8191])
+def test_the_routing_of_large_batches_equals_route_step(num_tokens):
+    from nvllm.ops.moe_route_tokens_triton import route_tokens  # needs triton: CUDA machines only
+
+    logits, padding = decode_routing(num_tokens, seed=num_tokens)
+    weights, ids = route_tokens(logits, padding, TOP_K, True)
+    expected_weights, expected_ids = route_step(logits, padding, TOP_K, True)
+    assert torch.equal(ids, expected_ids)
+    torch.testing.assert_close(weights, expected_weights, atol=0, rtol=2**-7)
+
+
+def test_the_routing_of_large_batches_replays_in_a_cuda_graph():
+    from nvllm.ops.moe_route_tokens_triton import route_tokens  # needs triton: CUDA machines only
+
+    logits, padding = decode_routing(256, seed=1)
+    route_tokens(logits, padding, TOP_K, True)  # compile the kernel outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = route_tokens(logits, padding, TOP_K, True)
+    new_logits, new_padding = decode_routing(256, seed=2)
+    logits.copy_(new_logits), padding.copy_(new_padding)
+    graph.replay()
+    for ours, eager in zip(outputs, route_tokens(logits, padding, TOP_K, True), strict=True):
+        assert torch.equal(ours, eager)
+    assert torch.equal(outputs[1], route_step(logits, padding, TOP_K, True)[1])

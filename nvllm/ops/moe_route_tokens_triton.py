@@ -1,0 +1,105 @@
+"""A batch's mixture-of-experts routing as one Triton kernel for batches of any size: from the router's
+logits `[T, E]` to `nvllm.ops.moe_routing.route_step`'s weights (the logits' dtype) and experts (int64),
+the padding tokens following the first token's. `align_by_expert` then sorts the pairs by expert: two
+launches where eager torch takes several small ones (inductor does not compile inside the op).
+
+One program per block of tokens, each holding its tokens' logits; the router's rule is
+`moe_topk_triton`'s. The padding rule needs the first token's experts in every program: each program
+routes the first token again (one row of E logits) rather than waiting for the program that owns it."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from nvllm.ops.moe_topk_triton import padding_follows_first_rows, route_rows
+
+# A program's tile of logits: many programs for the SMs at a decode batch of 256 rows (16 of a 128-expert
+# router), each tile held in registers at 4 warps.
+ROUTING_BLOCK_LOGITS = 2048
+
+
+def routing_block_tokens(num_experts: int) -> int:
+    """The tokens a program routes: as many as fill `ROUTING_BLOCK_LOGITS` logits, at least one."""
+    return max(1, ROUTING_BLOCK_LOGITS // triton.next_power_of_2(num_experts))
+
+
+@triton.jit
+def _route_tokens_kernel(
+    logits_ptr,
+    padding_ptr,
+    weights_ptr,
+    ids_ptr,
+    num_tokens,
+    stride_logits,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+):
+    first_token = tl.program_id(0) * BLOCK_T
+    tokens = first_token + tl.arange(0, BLOCK_T)
+    choices = tl.arange(0, TOP_K_POW2)
+    real = tokens < num_tokens
+    topk_weights, topk_ids = route_rows(
+        logits_ptr,
+        stride_logits,
+        first_token,
+        num_tokens,
+        BLOCK_T,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+    )
+    if HAS_PADDING:
+        _, first_row_ids = route_rows(
+            logits_ptr, stride_logits, 0, num_tokens, 1, NUM_EXPERTS, EXPERTS_POW2, TOP_K, TOP_K_POW2, False
+        )
+        first_ids = tl.sum(first_row_ids, 0)
+        is_padding = tl.load(padding_ptr + tokens, real, 0) != 0
+        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
+    chosen = real[:, None] & (choices < TOP_K)[None, :]
+    pairs = tokens[:, None] * TOP_K + choices[None, :]
+    tl.store(weights_ptr + pairs, topk_weights.to(weights_ptr.dtype.element_ty), chosen)
+    tl.store(ids_ptr + pairs, topk_ids.to(tl.int64), chosen)
+
+
+def route_tokens(
+    router_logits: torch.Tensor, padding: torch.Tensor | None, top_k: int, renormalize: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`route_step(router_logits, padding, top_k, renormalize)`'s weights `[T, top_k]` (the logits'
+    dtype) and experts (int64) from one kernel launch, for a batch of any size."""
+    num_tokens, num_experts = router_logits.shape
+    if not 0 < top_k <= num_experts:
+        raise ValueError(f"top_k must be between 1 and the {num_experts} experts, got {top_k}")
+    device = router_logits.device
+    weights = torch.empty((num_tokens, top_k), dtype=router_logits.dtype, device=device)
+    ids = torch.empty((num_tokens, top_k), dtype=torch.int64, device=device)
+    if num_tokens == 0:
+        return weights, ids
+    logits = router_logits.contiguous()
+    experts_pow2 = triton.next_power_of_2(num_experts)
+    block_tokens = routing_block_tokens(num_experts)
+    _route_tokens_kernel[(triton.cdiv(num_tokens, block_tokens),)](
+        logits,
+        logits if padding is None else padding.view(torch.uint8),
+        weights,
+        ids,
+        num_tokens,
+        logits.stride(0),
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=experts_pow2,
+        TOP_K=top_k,
+        TOP_K_POW2=triton.next_power_of_2(top_k),
+        BLOCK_T=block_tokens,
+        RENORMALIZE=renormalize,
+        HAS_PADDING=padding is not None,
+        num_warps=4 if block_tokens * experts_pow2 <= 2048 else 8,
+    )
+    return weights, ids
