@@ -30,8 +30,9 @@ class ModelConfig:
     # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and
     # the LM head stay in `dtype`. Never the default: it changes the model's outputs.
     quantization: str = "none"
-    # a mixture of experts' small CUDA batches routed in one Triton kernel inside `nvllm::routed_experts`
-    # (softmax, top-k and the sort by expert); off: routed in the compiled graph (not yet measured on a GPU)
+    # a mixture of experts' CUDA batches routed by Triton kernels inside `nvllm::routed_experts` (softmax,
+    # top-k, and for small batches the sort by expert in the same kernel); off: routed in the compiled graph.
+    # Off until the bench is measured with it
     moe_routing_kernel: bool = False
     architecture: str = "Qwen3ForCausalLM"
     vocab_size: int = 151936
