@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.moe_topk_triton import padding_follows_first_rows, route_rows
+from nvllm.ops.moe_topk_triton import route_block, store_routing
 
 # A program's tile of logits: many programs for the SMs at a decode batch of 256 rows (16 of a 128-expert
 # router), each tile held in registers at 4 warps.
@@ -42,12 +42,10 @@ def _route_tokens_kernel(
     HAS_PADDING: tl.constexpr,
 ):
     first_token = tl.program_id(0) * BLOCK_T
-    tokens = first_token + tl.arange(0, BLOCK_T)
-    choices = tl.arange(0, TOP_K_POW2)
-    real = tokens < num_tokens
-    topk_weights, topk_ids = route_rows(
+    topk_weights, topk_ids = route_block(
         logits_ptr,
         stride_logits,
+        padding_ptr,
         first_token,
         num_tokens,
         BLOCK_T,
@@ -56,18 +54,11 @@ def _route_tokens_kernel(
         TOP_K,
         TOP_K_POW2,
         RENORMALIZE,
+        HAS_PADDING,
     )
-    if HAS_PADDING:
-        _, first_row_ids = route_rows(
-            logits_ptr, stride_logits, 0, num_tokens, 1, NUM_EXPERTS, EXPERTS_POW2, TOP_K, TOP_K_POW2, False
-        )
-        first_ids = tl.sum(first_row_ids, 0)
-        is_padding = tl.load(padding_ptr + tokens, real, 0) != 0
-        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
-    chosen = real[:, None] & (choices < TOP_K)[None, :]
-    pairs = tokens[:, None] * TOP_K + choices[None, :]
-    tl.store(weights_ptr + pairs, topk_weights.to(weights_ptr.dtype.element_ty), chosen)
-    tl.store(ids_ptr + pairs, topk_ids.to(tl.int64), chosen)
+    store_routing(
+        weights_ptr, ids_ptr, topk_weights, topk_ids, first_token, num_tokens, BLOCK_T, TOP_K, TOP_K_POW2
+    )
 
 
 def route_tokens(

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.moe_route_tokens_triton import route_tokens
-from nvllm.ops.moe_topk_triton import padding_follows_first_rows, route_rows
+from nvllm.ops.moe_topk_triton import route_block, store_routing
 from nvllm.ops.moe_triton import (
     align_by_expert,
     aligned_experts,
@@ -65,9 +65,10 @@ def _route_and_align_kernel(
     experts = tl.arange(0, EXPERTS_POW2)
     choices = tl.arange(0, TOP_K_POW2)
     real = tokens < num_tokens
-    topk_weights, topk_ids = route_rows(
+    topk_weights, topk_ids = route_block(
         logits_ptr,
         stride_logits,
+        padding_ptr,
         0,
         num_tokens,
         TOKENS_POW2,
@@ -76,16 +77,14 @@ def _route_and_align_kernel(
         TOP_K,
         TOP_K_POW2,
         RENORMALIZE,
+        HAS_PADDING,
     )
-    if HAS_PADDING:
-        is_padding = tl.load(padding_ptr + tokens, real, 0) != 0
-        first_ids = tl.sum(tl.where(tokens[:, None] == 0, topk_ids, 0), 0)
-        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
     chosen = real[:, None] & (choices < TOP_K)[None, :]
     pairs = tokens[:, None] * TOP_K + choices[None, :]
     if expert == 0:
-        tl.store(weights_ptr + pairs, topk_weights.to(weights_ptr.dtype.element_ty), chosen)
-        tl.store(ids_ptr + pairs, topk_ids.to(tl.int64), chosen)
+        store_routing(
+            weights_ptr, ids_ptr, topk_weights, topk_ids, 0, num_tokens, TOKENS_POW2, TOP_K, TOP_K_POW2
+        )
 
     num_pairs = num_tokens * TOP_K
     flat_ids = tl.reshape(tl.where(chosen, topk_ids, 0), (TOKENS_POW2 * TOP_K_POW2,))

@@ -66,3 +66,66 @@ def padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids):
     topk_ids = tl.where(is_padding[:, None], first_ids[None, :], topk_ids)
     topk_weights = tl.where(is_padding[:, None], 0.0, topk_weights)
     return topk_weights, topk_ids
+
+
+@triton.jit
+def route_block(
+    logits_ptr,
+    stride_logits,
+    padding_ptr,
+    first_token,
+    num_tokens,
+    BLOCK_T: tl.constexpr,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+):
+    """`moe_routing.route_step` on the rows from `first_token` on: `route_rows`, and with `HAS_PADDING` the
+    padding rows (`padding_ptr`'s nonzero ones) following the first token's experts, which this program
+    routes again (one row of E logits) rather than waiting for the program that owns it."""
+    topk_weights, topk_ids = route_rows(
+        logits_ptr,
+        stride_logits,
+        first_token,
+        num_tokens,
+        BLOCK_T,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+    )
+    if HAS_PADDING:
+        _, first_row_ids = route_rows(
+            logits_ptr, stride_logits, 0, num_tokens, 1, NUM_EXPERTS, EXPERTS_POW2, TOP_K, TOP_K_POW2, False
+        )
+        tokens = first_token + tl.arange(0, BLOCK_T)
+        is_padding = tl.load(padding_ptr + tokens, tokens < num_tokens, 0) != 0
+        first_ids = tl.sum(first_row_ids, 0)
+        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
+    return topk_weights, topk_ids
+
+
+@triton.jit
+def store_routing(
+    weights_ptr,
+    ids_ptr,
+    topk_weights,
+    topk_ids,
+    first_token,
+    num_tokens,
+    BLOCK_T: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+):
+    """A block's routing stored as `route_step` returns it: weights `[T, k]` in `weights_ptr`'s dtype,
+    experts `[T, k]` int64."""
+    tokens = first_token + tl.arange(0, BLOCK_T)
+    choices = tl.arange(0, TOP_K_POW2)
+    chosen = (tokens < num_tokens)[:, None] & (choices < TOP_K)[None, :]
+    pairs = tokens[:, None] * TOP_K + choices[None, :]
+    tl.store(weights_ptr + pairs, topk_weights.to(weights_ptr.dtype.element_ty), chosen)
+    tl.store(ids_ptr + pairs, topk_ids.to(tl.int64), chosen)
