@@ -20,7 +20,8 @@ import torch
 
 from experiments.harness.parity import fp32_gap
 from nvllm import LLM, SamplingParams
-from nvllm.layers.fused_moe import FusedMoE, route
+from nvllm.layers.fused_moe import FusedMoE
+from nvllm.ops.moe_routing import route
 
 
 @contextmanager
