@@ -39,16 +39,12 @@ def drop(engine: LLMEngine, samples: list[Sequence], cursors: list[StreamCursor]
     return ends
 
 
-def set_round_length(engine: LLMEngine, streaming: bool) -> None:
-    """While any streaming request runs, decode rounds are one step long so that its tokens leave as they
-    are sampled (`Scheduler.set_streaming`); otherwise multi-step rounds keep their throughput."""
-    engine.scheduler.set_streaming(streaming)
-
-
 def serve_step(engine: LLMEngine, streaming: bool) -> Exception | None:
-    """One step, in rounds as `set_round_length` says; a step that raised drops every request (the engine
-    stays usable, the server runs on) and its error is returned for the caller to fail them with."""
-    set_round_length(engine, streaming)
+    """One step; while any streaming request runs (`streaming`), in rounds of one step so that its tokens
+    leave as they are sampled (`Scheduler.set_streaming`), otherwise in multi-step rounds for their
+    throughput. A step that raised drops every request (the engine stays usable, the server runs on) and
+    its error is returned for the caller to fail them with."""
+    engine.scheduler.set_streaming(streaming)
     try:
         engine.step()
     except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server

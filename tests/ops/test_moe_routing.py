@@ -15,8 +15,8 @@ from tests.helpers.triton_interpreter import run_in_interpreter
 def test_the_fused_routing_equals_route_padding_and_align():
     run_in_interpreter(
         """
-import itertools
 import torch
+from tests.helpers.routing_cases import COMBINATIONS, router_logits
 from nvllm.ops.moe_route_triton import route_and_align
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_triton import align_by_expert, row_tile
@@ -24,9 +24,7 @@ generator = torch.Generator().manual_seed(0)
 # (tokens, experts, top-k): a single stream, a padded pair, an odd batch, the largest fused batch of
 # Qwen3-MoE's 128 experts, and smaller routers
 shapes = [(1, 8, 2), (2, 16, 4), (7, 128, 8), (64, 128, 8), (64, 8, 2), (7, 16, 4)]
-combinations = list(
-    itertools.product((torch.float32, torch.bfloat16), (True, False), ("random", "ties"), (False, True))
-)
+combinations = COMBINATIONS
 
 
 def group(combination):  # one of four groups of four, each taking both values of every setting
@@ -50,10 +48,7 @@ cases = [
     )
 ]
 for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
-    if logits_kind == "ties":  # a few values only: many experts tie within a row, and rows tie too
-        logits = torch.randint(0, 3, (tokens, experts), generator=generator).to(dtype)
-    else:
-        logits = (2 * torch.randn(tokens, experts, generator=generator)).to(dtype)
+    logits = router_logits(tokens, experts, dtype, logits_kind, generator)
     padding = None
     if padded:  # the last rows are padding (a single stream's only row too), and one in the middle
         padding = torch.arange(tokens) >= tokens - tokens // 3 - 1
@@ -86,8 +81,8 @@ assert torch.equal(sorted_pairs, align_by_expert(expected_ids, 8, 16)[0])
 def test_the_routing_of_large_batches_equals_route_and_padding():
     run_in_interpreter(
         """
-import itertools
 import torch
+from tests.helpers.routing_cases import COMBINATIONS, router_logits
 from nvllm.ops.moe_route_tokens_triton import route_tokens, routing_block_tokens
 from nvllm.ops.moe_routing import route_step
 generator = torch.Generator().manual_seed(0)
@@ -95,9 +90,7 @@ generator = torch.Generator().manual_seed(0)
 # a prefill of 1000; blocks that do not divide them (the last one partly outside the batch)
 shapes = [(65, 128, 8), (300, 128, 8), (1000, 128, 2), (65, 8, 2), (300, 8, 8), (1000, 8, 2)]
 assert routing_block_tokens(128) == 16 and routing_block_tokens(8) == 256
-combinations = list(
-    itertools.product((torch.float32, torch.bfloat16), (True, False), ("random", "ties"), (False, True))
-)
+combinations = COMBINATIONS
 
 
 def half(combination):  # one of two halves, each taking both values of every setting
@@ -113,10 +106,7 @@ cases = [
     if half(combination) == index % 2
 ]
 for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
-    if logits_kind == "ties":  # a few values only: many experts tie within a row, and rows tie too
-        logits = torch.randint(0, 3, (tokens, experts), generator=generator).to(dtype)
-    else:
-        logits = (2 * torch.randn(tokens, experts, generator=generator)).to(dtype)
+    logits = router_logits(tokens, experts, dtype, logits_kind, generator)
     padding = None
     if padded:  # the last rows are padding, and rows in other blocks than the first token's
         padding = torch.arange(tokens) >= tokens - tokens // 3 - 1
