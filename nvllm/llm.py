@@ -115,9 +115,9 @@ class LLM(LLMEngine):
     @contextlib.contextmanager
     def _exclusive(self, streaming: bool = False):
         """The engine for one generate or stream call (see EngineOwnership). Requests of a hand-written
-        add_request/step loop are refused rather than run and dropped by this call. A stream's decode rounds
-        are one step long, so that each token reaches it one model step after it is sampled
-        (`Scheduler.set_streaming`)."""
+        add_request/step loop are refused rather than run and dropped by this call. A stream's tokens are
+        handed out step by step, so that each reaches it one model step after it is sampled
+        (`LLMEngine.set_streaming`)."""
         with self._ownership.call():
             if not self.is_finished():
                 raise RuntimeError(
@@ -125,11 +125,11 @@ class LLM(LLMEngine):
                     "before generate or stream"
                 )
             if streaming:
-                self.scheduler.set_streaming(True)
+                self.set_streaming(True)
             try:
                 yield
             finally:
-                self.scheduler.set_streaming(False)
+                self.set_streaming(False)
 
     def _checked(self, prompts, sampling_params, priority) -> list[tuple[list[int], SamplingParams, int]]:
         """The requests of a call as (token ids, params, priority), every one checked."""

@@ -7,13 +7,14 @@ from __future__ import annotations
 import gc
 import time
 import warnings
+from dataclasses import dataclass, field
 
 from nvllm.attention.cascade import decode_kv_reads
 from nvllm.config import EngineConfig
 from nvllm.engine.batch_sampling import batch_sampling, requested_logprobs
 from nvllm.engine.cascade_switch import check_cascade_switch
 from nvllm.engine.config_resolution import resolve
-from nvllm.engine.launched_batch import LaunchedBatch
+from nvllm.engine.launched_batch import LaunchedBatch, SampledSteps
 from nvllm.engine.new_sequence import new_sequence
 from nvllm.engine.ownership import EngineOwnership
 from nvllm.engine.rates import tokens_per_second
@@ -39,6 +40,16 @@ from nvllm.scheduler.block_manager import BlockManager
 from nvllm.scheduler.scheduler import ScheduledBatch, Scheduler
 from nvllm.scheduler.sequence import Sequence
 from nvllm.tokenizer.tokenizer import load_tokenizer
+
+
+@dataclass
+class RoundInHand:
+    """A launched batch whose tokens the engine hands out (see `LLMEngine.set_streaming`), and what its
+    steps handed out so far kept and finished (the profiler records the batch once all are out)."""
+
+    launched: LaunchedBatch
+    num_tokens: int = 0
+    finished: list[Sequence] = field(default_factory=list)
 
 
 class LLMEngine:
@@ -76,6 +87,8 @@ class LLMEngine:
         self.num_prefill_tokens = self.num_decode_tokens = 0
         self.decode_kv_tokens_read = self.decode_kv_tokens_read_plain = 0  # see decode_kv_reads
         self.in_flight: LaunchedBatch | None = None  # a decode round launched ahead of its turn
+        self.in_hand: RoundInHand | None = None  # the batch whose tokens the engine is handing out
+        self._hands_out_steps = False  # see set_streaming
         self._step_failed = False  # a step raised part-way: its sequences' state is unknown until abort_all
         self._warned_priority_ignored = False
         self.prefill_seconds = self.decode_seconds = 0.0
@@ -140,35 +153,30 @@ class LLMEngine:
             raise
 
     def _run_step(self) -> list[Sequence]:
-        """One step; this is the one place that overlaps rounds: with
-        `scheduler.overlap_rounds`, the decode round after the current one is launched before the current
-        one's tokens are read, so that the host's work between rounds overlaps the device's. The next
-        round's first step reads the current round's last tokens from the device's token table, as every
-        decode step does."""
+        """One step: a prefill, or a decode round's steps, all of them or, while a stream wants each token
+        as it is sampled (`set_streaming`), the next one only, the round's later steps running on meanwhile.
+        This is the one place that overlaps rounds: with `scheduler.overlap_rounds`, the decode round after
+        the current one is launched before the current one's tokens are read, so that the host's work
+        between rounds overlaps the device's. The next round's first step reads the current round's last
+        tokens from the device's token table, as every decode step does."""
         profiler = self.profiler
-        profiler.step_started()
         start = time.perf_counter()
-        current, self.in_flight = self.in_flight, None
-        if current is None:
-            batch = self.scheduler.schedule()
-            hand_on_scheduler_events(self.scheduler, self.profiler)
-            profiler.lap("schedule")
-            if not batch.seqs:
-                raise RuntimeError("scheduler found nothing to run although requests are pending")
-            current = self.launch(batch)
-        if self.config.scheduler.overlap_rounds:
-            following = self.scheduler.schedule_next_round(current.batch)
-            profiler.lap("schedule")
-            if following is not None:
-                self.in_flight = self.launch(following)
+        if self.in_hand is None:
+            profiler.step_started()
+            self.in_hand = RoundInHand(self._launch_next())
+        else:
+            profiler.lap("other")
+        in_hand = self.in_hand
+        current = in_hand.launched
         generated_before = self.scheduler.num_generated_tokens
-        sampled_tokens = current.sampled_tokens()
+        first_step = current.steps_taken
+        num_steps = 1 if self._hands_out_steps else current.num_steps - first_step
+        sampled_tokens, sampled_logprobs = current.take_tokens(num_steps)
         profiler.lap("wait_collect")
         finished = self.scheduler.postprocess(
-            current.batch, sampled_tokens, current.sampled_logprobs(), current.prompt_logprobs()
+            current.batch, sampled_tokens, sampled_logprobs, current.prompt_logprobs(), first_step
         )
         hand_on_scheduler_events(self.scheduler, self.profiler)
-        self._drop_finished_round()
         elapsed = time.perf_counter() - start
         self.last_batch_size = len(current.batch.seqs)
         if current.batch.is_prefill:
@@ -179,12 +187,46 @@ class LLMEngine:
             num_tokens = self.scheduler.num_generated_tokens - generated_before
             self.num_decode_tokens += num_tokens
             self.decode_seconds += elapsed
-        profiler.step_finished(current.batch, num_tokens, finished)
+        in_hand.num_tokens += num_tokens
+        in_hand.finished += finished
+        if current.all_taken or all(seq.is_finished for seq in current.batch.seqs):
+            self.in_hand = None  # its steps left compute nothing that is kept
+            profiler.step_finished(current.batch, in_hand.num_tokens, in_hand.finished)
+        else:
+            profiler.lap("postprocess")
+        self._drop_finished_rounds()
         return finished
 
+    def _launch_next(self) -> LaunchedBatch:
+        """The batch whose tokens come next: the round launched ahead of its turn, or the scheduler's next
+        batch, launched now; with `scheduler.overlap_rounds`, the round after it is launched before its
+        tokens are read."""
+        current, self.in_flight = self.in_flight, None
+        if current is None:
+            batch = self.scheduler.schedule()
+            hand_on_scheduler_events(self.scheduler, self.profiler)
+            self.profiler.lap("schedule")
+            if not batch.seqs:
+                raise RuntimeError("scheduler found nothing to run although requests are pending")
+            current = self.launch(batch)
+        if self.config.scheduler.overlap_rounds:
+            following = self.scheduler.schedule_next_round(current.batch)
+            self.profiler.lap("schedule")
+            if following is not None:
+                self.in_flight = self.launch(following)
+        return current
+
+    def set_streaming(self, streaming: bool) -> None:
+        """While a stream wants each token as it is sampled: each `step()` hands out one model step's tokens,
+        a decode round's later steps running on the device meanwhile, and the scheduler picks the rounds'
+        lengths for streams (`Scheduler.set_streaming`). Off: a step hands out a whole round's tokens (the
+        rest of the round in hand, if one is)."""
+        self._hands_out_steps = streaming
+        self.scheduler.set_streaming(streaming)
+
     def launch(self, batch: ScheduledBatch) -> LaunchedBatch:
-        """Queue every step of `batch` on the device and start copying its sampled tokens to the host;
-        nothing here waits for the device."""
+        """Queue every step of `batch` on the device, each step's sampled tokens copied to the host as they
+        are sampled; nothing here waits for the device."""
         profiler = self.profiler
         steps = self.inputs.build(batch)
         if not batch.is_prefill:
@@ -198,20 +240,16 @@ class LLMEngine:
         )
         profiler.lap("sample")
         self.work.add(batch)
+        logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
+        sampled = SampledSteps(logprobs)
         profiler.launch_started(batch)
-        tokens = self.model_runner.execute(
-            steps, sampling, lambda sample: profiler.timed(sample, "launch", "sample")
+        self.model_runner.execute(
+            steps, sampling, lambda sample: sampled.recording(profiler.timed(sample, "launch", "sample"))
         )
         profiler.launch_finished(batch)
         self.scheduler.launched(batch)
-        logprobs, num_logprobs = requested_logprobs(batch, sampling, self.config.model.vocab_size)
         launched = LaunchedBatch(
-            batch,
-            tokens,
-            self.model_runner.wait_for_device,
-            logprobs,
-            num_logprobs,
-            sampling.step_prompt_logprobs,
+            batch, sampled, self.model_runner.wait_for_device, num_logprobs, sampling.step_prompt_logprobs
         )
         profiler.lap("launch")
         return launched
@@ -226,12 +264,16 @@ class LLMEngine:
         with self._ownership.call():
             for seq in samples:
                 self.scheduler.abort(seq)
-            self._drop_finished_round()
+            self._drop_finished_rounds()
             hand_on_scheduler_events(self.scheduler, self.profiler)
 
-    def _drop_finished_round(self) -> None:
+    def _drop_finished_rounds(self) -> None:
+        """Forget the rounds of which every sequence stopped (or was aborted): nothing they compute is
+        kept."""
         if self.in_flight is not None and all(seq.is_finished for seq in self.in_flight.batch.seqs):
-            self.in_flight = None  # every sequence of it stopped: nothing it computes is kept
+            self.in_flight = None
+        if self.in_hand is not None and all(seq.is_finished for seq in self.in_hand.launched.batch.seqs):
+            self.in_hand = None
 
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache's blocks (a benchmark's cold start); False, changing nothing, while
@@ -245,7 +287,7 @@ class LLMEngine:
             self._abort_all()
 
     def _abort_all(self) -> None:
-        self.in_flight = None  # its work on the device ends before any later batch's begins
+        self.in_flight = self.in_hand = None  # their work on the device ends before any later batch's begins
         self.scheduler.abort_all()
         self._step_failed = False
         hand_on_scheduler_events(self.scheduler, self.profiler)

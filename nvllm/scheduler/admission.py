@@ -30,8 +30,6 @@ class Admission:
         self.prefix_grouping = None
         if config.group_prefixes:
             self.prefix_grouping = PrefixGrouping(self.block_manager, max_bypass=config.max_num_seqs)
-        self.refills_by_round = False  # set while rounds are one step for streams (`holds`)
-        self.steps_since_admission = config.num_decode_steps  # decode steps since a prompt was admitted
 
     def schedule(self) -> ScheduledBatch:
         """A prefill step: empty when no prompt needs one."""
@@ -44,7 +42,7 @@ class Admission:
         # with one token of budget left, `prefill_chunk` could take nothing of a new prompt (one of two
         # tokens would leave the other for a decode step): admission waits for the next step
         waiting_before, admitted = list(lifecycle.waiting), []
-        for seq in [] if self.holds() else self.order():
+        for seq in self.order():
             if budget < 2 or not lifecycle.token_rows.fit(seq):
                 break
             if not self.config.chunked_prefill and batch.seqs and seq.host_len > budget:
@@ -58,28 +56,9 @@ class Admission:
             budget -= num_tokens
         if self.prefix_grouping is not None:
             self.prefix_grouping.admitted(admitted, waiting_before)
-        if admitted:
-            self.steps_since_admission = 0
         return batch
 
-    def decoded(self, batch: ScheduledBatch) -> None:
-        """A decode round was scheduled (its steps count towards the next admission, see `holds`)."""
-        self.steps_since_admission += batch.num_steps
-
-    def holds(self) -> bool:
-        """Whether waiting prompts stay waiting at this step. While decode rounds are one step long for
-        streams (`refills_by_round`) and more prompts wait than there is room for, they are admitted
-        together once every `num_decode_steps` decode steps, as full rounds admit them: one at a time, as
-        each sequence ends, they would put a small prefill step between every two decode steps. A prompt
-        that finds room at once (a server below saturation) is admitted at once."""
-        return (
-            self.refills_by_round
-            and bool(self.lifecycle.running)
-            and self.steps_since_admission < self.config.num_decode_steps
-            and self._more_waiting_than_room()
-        )
-
-    def _more_waiting_than_room(self) -> bool:
+    def more_waiting_than_room(self) -> bool:
         """Whether the waiting prompts (with their forks) need more token-table rows or KV blocks than are
         free (blocks counted without prefix-cache hits)."""
         rows, blocks = len(self.lifecycle.token_rows.free_rows), self.block_manager.num_free_blocks
@@ -105,7 +84,7 @@ class Admission:
 
     def can_admit(self) -> bool:
         """Whether a prefill step could take the first waiting prompt now."""
-        order = self.order() if self.lifecycle.waiting and not self.holds() else []
+        order = self.order() if self.lifecycle.waiting else []
         return (
             bool(order)
             and self.lifecycle.token_rows.fit(order[0])

@@ -17,8 +17,8 @@ class DecodeRounds:
         self.lifecycle = lifecycle
         self.block_manager = lifecycle.block_manager
         self.stops = stops
-        # the longest round; the engine shortens it while a stream wants every token as it comes
-        self.num_decode_steps = config.num_decode_steps
+        self.num_decode_steps = config.num_decode_steps  # the longest round
+        self.one_step = False  # rounds of one step (the scheduler's choice for streams)
 
     def schedule(self) -> ScheduledBatch:
         lifecycle, manager = self.lifecycle, self.block_manager
@@ -65,4 +65,5 @@ class DecodeRounds:
         """Steps up to `num_decode_steps`, none past the sequence's token limits, and only as many as its
         blocks and the free ones hold: memory goes to keeping sequences running before longer rounds."""
         room = self.block_manager.max_decode_steps(seq)
-        return max(1, min(self.num_decode_steps, self.stops.tokens_left(seq), room))
+        longest = 1 if self.one_step else self.num_decode_steps
+        return max(1, min(longest, self.stops.tokens_left(seq), room))

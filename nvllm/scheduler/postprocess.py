@@ -32,13 +32,16 @@ class Postprocessor:
         sampled_token_ids: list[list[int]],
         sampled_logprobs: list[list[dict[int, float]]] | None = None,
         prompt_logprobs: list[list[dict[int, float]]] | None = None,
+        first_step: int = 0,
     ) -> list[Sequence]:
         """Account the computed tokens, append the tokens sampled for each of `batch.sampled_seqs` (in
         that order; with their log-probabilities where asked) up to a stop, and retire finished sequences.
-        Returns the finished ones. A decode round's tokens replace the oldest of the sequence's pending
-        ones; a sequence that finished while this round was in flight (see `DecodeRounds.next_round`) takes
-        nothing. A prompt's forks start here, on its first tokens. `prompt_logprobs`: a prefill's, per
-        sequence of `batch.seqs`, for the prompt positions its step computed."""
+        Returns the finished ones. A decode round's tokens come all at once or a few steps at a time: those
+        of its steps from `first_step` on, each sequence keeping those of the steps it took part in; they
+        replace the oldest of the sequence's pending ones. A sequence that finished while this round was in
+        flight (see `DecodeRounds.next_round`) takes nothing. A prompt's forks start here, on its first
+        tokens. `prompt_logprobs`: a prefill's, per sequence of `batch.seqs`, for the prompt positions its
+        step computed."""
         finished, sampled = [], iter(range(len(sampled_token_ids)))
         for index, (seq, num_tokens) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
             if prompt_logprobs is not None and seq.prompt_logprobs is not None:
@@ -56,8 +59,11 @@ class Postprocessor:
                     continue
                 new_tokens = sampled_token_ids[row]
                 if not batch.is_prefill:
-                    new_tokens = new_tokens[:num_tokens]  # steps of the round this sequence sat out
-                    member.num_in_flight_tokens -= num_tokens
+                    # none of the steps of the round this sequence sat out
+                    new_tokens = new_tokens[: max(0, num_tokens - first_step)]
+                    if not new_tokens:
+                        continue
+                    member.num_in_flight_tokens -= len(new_tokens)
                 logprobs = sampled_logprobs[row] if sampled_logprobs is not None else None
                 if self._append(member, new_tokens, logprobs):
                     finished.append(member)

@@ -30,6 +30,7 @@ class Scheduler:
         self.admission = Admission(config, self.lifecycle)
         self.decode = DecodeRounds(config, self.lifecycle, stops)
         self.postprocessor = Postprocessor(self.lifecycle, stops)
+        self.streaming = False  # see set_streaming
 
     @property
     def running(self) -> list[Sequence]:
@@ -60,16 +61,21 @@ class Scheduler:
         return not self.waiting and not self.running
 
     def set_streaming(self, streaming: bool) -> None:
-        """While a stream wants each token as it is sampled: decode rounds of one step, and prompts that wait
-        for room admitted together once a full round's steps (`Admission.holds`)."""
-        self.decode.num_decode_steps = 1 if streaming else self.config.num_decode_steps
-        self.admission.refills_by_round = streaming
+        """While a stream wants each token as it is sampled (the engine then hands out a round's tokens
+        step by step, see `LLMEngine.set_streaming`): decode rounds of one step while the prompts that wait
+        (none, mostly) have room, so that a prompt that arrives waits for no round to end; full rounds while
+        more wait than there is room for (a saturated server), which then wait for room anyway, as
+        `generate`'s do, and are admitted together as a round ends."""
+        self.streaming = streaming
+
+    def _plan_round_length(self) -> None:
+        self.decode.one_step = self.streaming and not self.admission.more_waiting_than_room()
 
     def schedule(self) -> ScheduledBatch:
         batch = self.admission.schedule()
         if not batch.seqs:
+            self._plan_round_length()
             batch = self.decode.schedule()
-            self.admission.decoded(batch)
         batch.block_copies = self.lifecycle.take_block_copies()
         return batch
 
@@ -80,10 +86,8 @@ class Scheduler:
         a prompt to admit, a sequence to preempt, one that did not take part in `in_flight`."""
         if in_flight.is_prefill or self.admission.can_admit():
             return None
-        batch = self.decode.next_round()
-        if batch is not None:
-            self.admission.decoded(batch)
-        return batch
+        self._plan_round_length()
+        return self.decode.next_round()
 
     def launched(self, batch: ScheduledBatch) -> None:
         self.postprocessor.launched(batch)
@@ -94,9 +98,12 @@ class Scheduler:
         sampled_token_ids: list[list[int]],
         sampled_logprobs: list[list[dict[int, float]]] | None = None,
         prompt_logprobs: list[list[dict[int, float]]] | None = None,
+        first_step: int = 0,
     ) -> list[Sequence]:
         """The finished sequences (see `Postprocessor.postprocess`)."""
-        return self.postprocessor.postprocess(batch, sampled_token_ids, sampled_logprobs, prompt_logprobs)
+        return self.postprocessor.postprocess(
+            batch, sampled_token_ids, sampled_logprobs, prompt_logprobs, first_step
+        )
 
     def take_events(self) -> list[SchedulerEvent]:
         """What happened to requests since the last call, in order (the engine hands them on)."""

@@ -40,11 +40,11 @@ def drop(engine: LLMEngine, samples: list[Sequence], cursors: list[StreamCursor]
 
 
 def serve_step(engine: LLMEngine, streaming: bool) -> Exception | None:
-    """One step; while any streaming request runs (`streaming`), in rounds of one step so that its tokens
-    leave as they are sampled (`Scheduler.set_streaming`), otherwise in multi-step rounds for their
-    throughput. A step that raised drops every request (the engine stays usable, the server runs on) and
-    its error is returned for the caller to fail them with."""
-    engine.scheduler.set_streaming(streaming)
+    """One step; while any streaming request runs (`streaming`), one model step's tokens, so that they leave
+    as they are sampled (`LLMEngine.set_streaming`), otherwise a whole decode round's. A step that raised
+    drops every request (the engine stays usable, the server runs on) and its error is returned for the
+    caller to fail them with."""
+    engine.set_streaming(streaming)
     try:
         engine.step()
     except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server

@@ -161,51 +161,71 @@ def test_no_sequence_grows_past_max_model_len(reference):
     assert [len(o["token_ids"]) for o in outputs] == [1, 2, 5, 21]
 
 
-def admissions_and_decode_steps(llm):
-    """A spy on the scheduler's admission: per scheduled batch, ("admit", prompts admitted, prompts still
-    waiting, free token-table rows before) or ("decode", steps)."""
-    admission, events = llm.scheduler.admission, []
-    schedule, decoded = admission.schedule, admission.decoded
+def rounds_and_hand_outs(llm):
+    """Spies on the scheduler: per decode round scheduled, ("round", steps, whether rounds were one step
+    long, prompts waiting, free token-table rows) at that time; per postprocess of a decode round's
+    tokens, ("hand out", the most tokens a sequence got)."""
+    scheduler, events = llm.scheduler, []
+    schedule, schedule_next_round, postprocess = (
+        scheduler.schedule,
+        scheduler.schedule_next_round,
+        scheduler.postprocess,
+    )
 
-    def schedule_spy():
-        waiting, free_rows = len(admission.lifecycle.waiting), len(admission.lifecycle.token_rows.free_rows)
-        batch = schedule()
-        admitted = waiting - len(admission.lifecycle.waiting)
-        if admitted:
-            events.append(("admit", admitted, waiting, free_rows))
+    def noted(batch):
+        if batch is not None and not batch.is_prefill:
+            free_rows = len(scheduler.lifecycle.token_rows.free_rows)
+            one_step = scheduler.decode.one_step
+            events.append(("round", batch.num_steps, one_step, len(scheduler.waiting), free_rows))
         return batch
 
-    admission.schedule = schedule_spy
-    admission.decoded = lambda batch: (events.append(("decode", batch.num_steps)), decoded(batch))
+    def postprocess_spy(batch, tokens, *args):
+        if not batch.is_prefill:
+            events.append(("hand out", max(len(row) for row in tokens)))
+        return postprocess(batch, tokens, *args)
+
+    scheduler.schedule = lambda: noted(schedule())
+    scheduler.schedule_next_round = lambda in_flight: noted(schedule_next_round(in_flight))
+    scheduler.postprocess = postprocess_spy
     return events
 
 
-def test_a_saturated_stream_admits_waiting_prompts_together_once_a_round(expected):
-    """Streams take decode rounds of one step; prompts that wait for room are still admitted together, once
-    every `num_decode_steps` decode steps, not one by one as each sequence ends. Same tokens as alone."""
+def test_a_saturated_stream_takes_full_rounds_handed_out_step_by_step(expected):
+    """With more prompts waiting than there is room for, streams take full decode rounds (waiting prompts
+    are then admitted together as a round ends, as `generate` admits them), and the engine hands their
+    tokens out one model step at a time. Same tokens as alone."""
     steps = 4
     with engine(num_kvcache_blocks=256, max_num_seqs=2, num_decode_steps=steps) as llm:
-        events = admissions_and_decode_steps(llm)
+        events = rounds_and_hand_outs(llm)
         streamed = {}
         for index, delta in llm.stream(PROMPTS, PARAMS):
             streamed.setdefault(index, []).extend(delta.token_ids)
     assert [streamed[i] for i in range(len(PROMPTS))] == [e.outputs[0].token_ids for e in expected]
-    admits = [i for i, event in enumerate(events) if event[0] == "admit"]
-    saturated_admits = 0
-    for before, after in zip(admits, admits[1:]):
-        _, _, waiting, free_rows = events[after]
-        decode_steps = sum(event[1] for event in events[before:after] if event[0] == "decode")
-        if waiting > free_rows:  # more waiting than room: admitted only once a round's steps
-            saturated_admits += 1
-            assert decode_steps >= steps, f"admitted after {decode_steps} decode steps: {events}"
-    assert saturated_admits >= 1, events
+    saturated = [event for event in events if event[0] == "round" and event[3] > event[4]]
+    assert saturated and not any(one_step for _, _, one_step, _, _ in saturated), events
+    assert max(num_steps for _, num_steps, *_ in saturated) == steps
+    hand_outs = [event[1] for event in events if event[0] == "hand out"]
+    assert hand_outs and all(most == 1 for most in hand_outs), events
+
+
+def test_a_stream_below_saturation_takes_rounds_of_one_step(expected):
+    """With room for every waiting prompt, streams take rounds of one step: a prompt that arrives waits
+    for no round to end."""
+    with engine(num_decode_steps=4) as llm:
+        events = rounds_and_hand_outs(llm)
+        outputs = {}
+        for index, delta in llm.stream(PROMPTS, PARAMS):
+            outputs.setdefault(index, []).extend(delta.token_ids)
+    assert [outputs[i] for i in range(len(PROMPTS))] == [e.outputs[0].token_ids for e in expected]
+    rounds = [event for event in events if event[0] == "round"]
+    assert rounds and all(num_steps == 1 and one_step for _, num_steps, one_step, *_ in rounds), events
 
 
 def test_a_stream_below_saturation_admits_a_new_prompt_at_once(reference):
     """With room for it, a prompt that arrives while streams decode is admitted at once: after the round in
     flight, not after a round's worth of steps."""
     llm = reference
-    llm.scheduler.set_streaming(True)
+    llm.set_streaming(True)
     try:
         first = llm.add_request(PROMPTS[0], SamplingParams(temperature=0, max_tokens=20))
         llm.step(), llm.step(), llm.step()
@@ -214,6 +234,6 @@ def test_a_stream_below_saturation_admits_a_new_prompt_at_once(reference):
         assert second.num_uncomputed_tokens <= 1 and not llm.scheduler.waiting
         llm.abort_all()
     finally:
-        llm.scheduler.set_streaming(False)
+        llm.set_streaming(False)
     assert first is not second
     assert_engine_idle(llm)
