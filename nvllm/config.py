@@ -102,6 +102,12 @@ class SchedulerConfig:
     # wastes its steps of the next round. Rounds that need the current tokens on the host first (admitting
     # a prompt, preempting) are not overlapped.
     overlap_rounds: bool = True
+    # While a stream wants each token as it is sampled (the server, `LLM.stream`), the engine hands a
+    # round's tokens out step by step. Rounds are one step long while at most this many sequences run and
+    # the waiting prompts have room, so that a prompt that arrives waits for no round to end; above it (the
+    # host's work for every step of every row would then slow the steps) or with prompts waiting for room,
+    # full rounds.
+    one_step_rounds_max_seqs: int = 64
     # Admit the waiting requests that share a prompt prefix together (nvllm.engine.prefix_groups): one
     # request computes the prefix first and the others then find it in the prefix cache, and a group's
     # members run side by side, where cascade attention reads their prefix once per step. Reordering is

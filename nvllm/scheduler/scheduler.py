@@ -62,14 +62,19 @@ class Scheduler:
 
     def set_streaming(self, streaming: bool) -> None:
         """While a stream wants each token as it is sampled (the engine then hands out a round's tokens
-        step by step, see `LLMEngine.set_streaming`): decode rounds of one step while the prompts that wait
-        (none, mostly) have room, so that a prompt that arrives waits for no round to end; full rounds while
-        more wait than there is room for (a saturated server), which then wait for room anyway, as
-        `generate`'s do, and are admitted together as a round ends."""
+        step by step, see `LLMEngine.set_streaming`): decode rounds of one step while few sequences run
+        (`scheduler.one_step_rounds_max_seqs`) and the prompts that wait (none, mostly) have room, so that a
+        prompt that arrives waits for no round to end; else full rounds: with many sequences the host's
+        work for every step of each would slow the steps, and prompts that wait for room wait anyway, as
+        `generate`'s do, to be admitted together as a round ends."""
         self.streaming = streaming
 
     def _plan_round_length(self) -> None:
-        self.decode.one_step = self.streaming and not self.admission.more_waiting_than_room()
+        self.decode.one_step = (
+            self.streaming
+            and len(self.running) <= self.config.one_step_rounds_max_seqs
+            and not self.admission.more_waiting_than_room()
+        )
 
     def schedule(self) -> ScheduledBatch:
         batch = self.admission.schedule()

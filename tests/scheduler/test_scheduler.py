@@ -221,6 +221,22 @@ def test_a_stream_below_saturation_takes_rounds_of_one_step(expected):
     assert rounds and all(num_steps == 1 and one_step for _, num_steps, one_step, *_ in rounds), events
 
 
+def test_a_stream_of_many_sequences_takes_full_rounds():
+    """Above `scheduler.one_step_rounds_max_seqs` running sequences, streams take full rounds even with
+    room to spare (the host's work for each step of every row would slow the steps); at or below it, rounds
+    of one step. The same tokens as `generate`'s."""
+    params = [SamplingParams(temperature=0, max_tokens=max_tokens) for max_tokens in (3, 30, 6, 24, 4)]
+    with engine(num_decode_steps=4, scheduler__one_step_rounds_max_seqs=2) as llm:
+        expected = [output.outputs[0].token_ids for output in llm.generate(PROMPTS, params, use_tqdm=False)]
+        events = rounds_and_hand_outs(llm)
+        streamed = {}
+        for index, delta in llm.stream(PROMPTS, params):
+            streamed.setdefault(index, []).extend(delta.token_ids)
+    assert [streamed[i] for i in range(len(PROMPTS))] == expected
+    one_step = [event[2] for event in events if event[0] == "round"]
+    assert one_step[0] is False and one_step[-1] is True, events  # 5 running, then 2
+
+
 def test_a_stream_below_saturation_admits_a_new_prompt_at_once(reference):
     """With room for it, a prompt that arrives while streams decode is admitted at once: after the round in
     flight, not after a round's worth of steps."""
