@@ -26,7 +26,11 @@ def test_cuda_tokens_are_read_step_by_step_after_waiting_for_each_steps_copy():
 
 @pytest.mark.gpu
 def test_taking_a_step_does_not_wait_for_the_work_queued_after_it():
-    """The first step's tokens are read while work queued after its copy (the round's later steps) runs."""
+    """The first step's tokens are read while work queued after its copy (the round's later steps) runs.
+    As in a running engine, the host copies take pinned blocks the caching allocator already holds: a new
+    page-locked allocation would itself wait for the device."""
+    for _ in range(4):
+        torch.empty(TOKENS.shape[0], dtype=TOKENS.dtype, pin_memory=True)  # freed at once: cached
     sampled = SampledSteps()
     sampled.add(TOKENS[:, 0].cuda())
     busy = torch.randn(4096, 4096, device="cuda")
