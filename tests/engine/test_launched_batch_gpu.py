@@ -27,17 +27,18 @@ def test_cuda_tokens_are_read_step_by_step_after_waiting_for_each_steps_copy():
 @pytest.mark.gpu
 def test_taking_a_step_does_not_wait_for_the_work_queued_after_it():
     """The first step's tokens are read while work queued after its copy (the round's later steps) runs.
-    As in a running engine, the host copies take pinned blocks the caching allocator already holds: a new
-    page-locked allocation would itself wait for the device."""
+    As in a running engine, the host copies take pinned blocks the caching allocator already holds."""
     for _ in range(4):
         torch.empty(TOKENS.shape[0], dtype=TOKENS.dtype, pin_memory=True)  # freed at once: cached
+    # made before the work: a copy from pageable host memory waits for everything queued before it
+    first, second = TOKENS[:, 0].cuda(), TOKENS[:, 1].cuda()
     sampled = SampledSteps()
-    sampled.add(TOKENS[:, 0].cuda())
+    sampled.add(first)
     busy = torch.randn(4096, 4096, device="cuda")
     for _ in range(200):  # tens of milliseconds of work after the first step's copy
         busy = busy @ busy
         busy = busy / busy.norm()
-    sampled.add(TOKENS[:, 1].cuda())
+    sampled.add(second)
     launched = LaunchedBatch(decode_batch(), sampled, lambda event: event.synchronize())
     assert launched.take_tokens(1)[0] == [[11], [21], [31]]
     assert not sampled.copied[1].query()  # the later work still runs
