@@ -31,3 +31,32 @@ def test_abort_frees_blocks_and_rows_and_others_run_on():
             llm.step()
         assert kept.completion_token_ids == expected
         assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
+
+
+def test_abort_inside_a_round_handed_out_step_by_step():
+    """A stream's round is handed out step by step (full rounds: `one_step_rounds_max_seqs=0`); aborting a
+    request between two of its steps frees its blocks and row at once, and the other request takes the
+    rest of the round and its own tokens."""
+    with tiny_llm(num_decode_steps=4, max_num_seqs=4, scheduler__one_step_rounds_max_seqs=0) as llm:
+        kept_prompt = random_prompt(40, seed=5)
+        expected = llm.generate([kept_prompt], GREEDY, use_tqdm=False)[0].outputs[0].token_ids
+        llm.set_streaming(True)
+        try:
+            kept = llm.add_request(kept_prompt, GREEDY)
+            dropped = llm.add_request(random_prompt(30, seed=6), GREEDY)
+            llm.step()  # the prefill of both
+            llm.step()  # the first step of a 4-step round
+            assert llm.in_hand is not None and llm.in_hand.launched.steps_taken == 1
+            assert len(kept.completion_token_ids) == 2
+            llm.abort([dropped])
+            assert dropped.is_finished and dropped.token_row is None
+            used = llm.block_manager.num_blocks - llm.block_manager.num_free_blocks
+            assert used == len(kept.block_table)
+            llm.step()  # the round's second step: the kept request's only
+            assert len(kept.completion_token_ids) == 3
+            while not llm.is_finished():
+                llm.step()
+        finally:
+            llm.set_streaming(False)
+        assert kept.completion_token_ids == expected
+        assert llm.block_manager.num_free_blocks == llm.block_manager.num_blocks
