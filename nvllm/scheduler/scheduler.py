@@ -31,6 +31,7 @@ class Scheduler:
         self.decode = DecodeRounds(config, self.lifecycle, stops)
         self.postprocessor = Postprocessor(self.lifecycle, stops)
         self.streaming = False  # see set_streaming
+        self.prefilled_last = False  # whether the last batch scheduled was a prefill (see _decode_turn)
 
     @property
     def running(self) -> list[Sequence]:
@@ -69,19 +70,35 @@ class Scheduler:
         `generate`'s do, to be admitted together as a round ends."""
         self.streaming = streaming
 
-    def _plan_round_length(self) -> None:
-        self.decode.one_step = (
+    def _one_step_rounds(self) -> bool:
+        return (
             self.streaming
             and len(self.running) <= self.config.one_step_rounds_max_seqs
             and not self.admission.more_waiting_than_room()
         )
 
+    def _plan_round_length(self) -> None:
+        self.decode.one_step = self._one_step_rounds()
+
+    def _decode_turn(self) -> bool:
+        """Whether this step decodes before any prompt is admitted: while streams take rounds of one step, a
+        prefill step is followed by a decode step of the sequences that decode, so that prompts arriving
+        one after another (each admitted as it comes) cannot hold the streams' tokens back for prefill step
+        after prefill step."""
+        return (
+            self.prefilled_last
+            and bool(self.running)
+            and self._one_step_rounds()
+            and all(seq.num_uncomputed_tokens <= 1 for seq in self.running)  # none half prefilled
+        )
+
     def schedule(self) -> ScheduledBatch:
-        batch = self.admission.schedule()
+        batch = ScheduledBatch() if self._decode_turn() else self.admission.schedule()
         if not batch.seqs:
             self._plan_round_length()
             batch = self.decode.schedule()
         batch.block_copies = self.lifecycle.take_block_copies()
+        self.prefilled_last = batch.is_prefill
         return batch
 
     def schedule_next_round(self, in_flight: ScheduledBatch) -> ScheduledBatch | None:
@@ -92,7 +109,10 @@ class Scheduler:
         if in_flight.is_prefill or self.admission.can_admit():
             return None
         self._plan_round_length()
-        return self.decode.next_round()
+        batch = self.decode.next_round()
+        if batch is not None:
+            self.prefilled_last = False
+        return batch
 
     def launched(self, batch: ScheduledBatch) -> None:
         self.postprocessor.launched(batch)

@@ -208,6 +208,7 @@ class AsyncEngine:
         streaming = any(request.streaming for request in self._active.values())
         if (error := serve_step(self.engine, streaming)) is not None:
             for request in list(self._active.values()):
+                self._active.pop(request.request_id)  # gone before its caller hears of the error
                 request.put(error)
                 self._end(request)
             return

@@ -24,3 +24,28 @@ def test_a_stream_gets_its_deltas_one_token_at_a_time_and_generate_keeps_its_rou
             assert llm.generate(PROMPTS, PARAMS, use_tqdm=False) == expected
         decode_rounds = [step.num_new_tokens for step in steps if not step.is_prefill]
         assert decode_rounds[0] == [PARAMS.max_tokens - 1] * len(PROMPTS)  # the prefill samples the first
+
+
+def test_prompts_arriving_one_after_another_leave_a_decode_step_between_prefills():
+    """Streams in rounds of one step, a new prompt arriving before every step: each prefill step is followed
+    by a decode step of the sequences already decoding, so their tokens keep coming; every request still
+    gets its `generate` tokens."""
+    prompts = [random_prompt(9 + i, seed=720 + i) for i in range(6)]
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    with tiny_llm(num_decode_steps=NUM_DECODE_STEPS) as llm:
+        expected = [out.outputs[0].token_ids for out in llm.generate(prompts, params, use_tqdm=False)]
+        llm.set_streaming(True)
+        try:
+            with recorded_steps(llm) as steps:
+                seqs = []
+                for prompt in prompts:
+                    seqs.append(llm.add_request(prompt, params))
+                    llm.step()
+                while not llm.is_finished():
+                    llm.step()
+        finally:
+            llm.set_streaming(False)
+    assert [seq.completion_token_ids for seq in seqs] == expected
+    kinds = ["prefill" if step.is_prefill else "decode" for step in steps]
+    assert kinds[:4] == ["prefill", "decode", "prefill", "decode"], kinds
+    assert all(kinds[i + 1] == "decode" for i, kind in enumerate(kinds[:-1]) if kind == "prefill"), kinds
