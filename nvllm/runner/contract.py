@@ -40,7 +40,7 @@ class Runner(Protocol):
     ) -> torch.Tensor:
         """Queue every step of a batch on the device and sample each step's tokens with `sampling`; returns
         them `[logits rows, steps]` on the device, without waiting for it. `wrap_sample` wraps the runner's
-        sampling of a step (the profiler times it)."""
+        sampling of a step (the profiler times it; the engine queues the step's copy to the host after it)."""
         ...
 
     def wait_for_device(self, event: torch.cuda.Event) -> None:
