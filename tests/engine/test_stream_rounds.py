@@ -49,3 +49,22 @@ def test_prompts_arriving_one_after_another_leave_a_decode_step_between_prefills
     kinds = ["prefill" if step.is_prefill else "decode" for step in steps]
     assert kinds[:4] == ["prefill", "decode", "prefill", "decode"], kinds
     assert all(kinds[i + 1] == "decode" for i, kind in enumerate(kinds[:-1]) if kind == "prefill"), kinds
+
+
+def test_full_rounds_handed_out_step_by_step_give_generates_samples_and_logprobs():
+    """Full rounds handed out one step at a time (`one_step_rounds_max_seqs=0`), with forks (`n=2`),
+    seeded sampling and log-probabilities: each sample's deltas add up to its `generate` output, tokens
+    and log-probabilities alike, one token a step."""
+    prompts = [random_prompt(6 + i, seed=730 + i) for i in range(3)]
+    params = SamplingParams(temperature=1.0, seed=7, max_tokens=20, n=2, logprobs=2, ignore_eos=True)
+    with tiny_llm(num_decode_steps=4, scheduler__one_step_rounds_max_seqs=0) as llm:
+        expected = llm.generate(prompts, params, use_tqdm=False)
+        streamed = {}
+        with recorded_steps(llm) as steps:
+            for index, delta in llm.stream(prompts, params):
+                tokens, logprobs = streamed.get((index, delta.index), ([], []))
+                streamed[(index, delta.index)] = (tokens + delta.token_ids, logprobs + delta.logprobs)
+    assert max(max(step.num_new_tokens) for step in steps if not step.is_prefill) == 4  # full rounds
+    for index, output in enumerate(expected):
+        for sample in output.outputs:
+            assert streamed[(index, sample.index)] == (sample.token_ids, sample.logprobs)
