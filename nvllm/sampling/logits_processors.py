@@ -93,11 +93,6 @@ class Logprobs:
             top_values = top_ids = torch.empty(logprobs.shape[0], 0, device=logprobs.device)
         self.steps.append((top_values, top_ids.long(), sampled))
 
-    def stacked(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """[rows, steps, num_top] top log-probabilities and their ids, [rows, steps] the sampled tokens'."""
-        values, ids, sampled = zip(*self.steps)
-        return torch.stack(values, 1), torch.stack(ids, 1), torch.stack(sampled, 1)
-
 
 @dataclass
 class RequestProcessing:

@@ -77,9 +77,6 @@ class Scheduler:
             and not self.admission.more_waiting_than_room()
         )
 
-    def _plan_round_length(self) -> None:
-        self.decode.one_step = self._one_step_rounds()
-
     def _decode_turn(self) -> bool:
         """Whether this step decodes before any prompt is admitted: while streams take rounds of one step, a
         prefill step is followed by a decode step of the sequences that decode, so that prompts arriving
@@ -95,7 +92,7 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch() if self._decode_turn() else self.admission.schedule()
         if not batch.seqs:
-            self._plan_round_length()
+            self.decode.one_step = self._one_step_rounds()
             batch = self.decode.schedule()
         batch.block_copies = self.lifecycle.take_block_copies()
         self.prefilled_last = batch.is_prefill
@@ -108,7 +105,7 @@ class Scheduler:
         a prompt to admit, a sequence to preempt, one that did not take part in `in_flight`."""
         if in_flight.is_prefill or self.admission.can_admit():
             return None
-        self._plan_round_length()
+        self.decode.one_step = self._one_step_rounds()
         batch = self.decode.next_round()
         if batch is not None:
             self.prefilled_last = False
