@@ -1,13 +1,14 @@
 """Online serving under load: the OpenAI server started in this process on the job's engine (or the one at
 `serving.url`, measured without building an engine here), the workload's requests sent at each of
 `serving.request_rates` (requests/s; gamma arrivals of `serving.burstiness`, 1 = Poisson; `inf` = all at
-once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, tokens
-per streamed chunk, and goodput under `serving.slo`. With `serving.offline_reference` (an engine of this
-process only), the same engine offline beside them: `generate`'s throughput on the highest rate's requests
-and each lowest-rate request's prefill alone (experiments/runners/serving_offline.py), each from a cold
-prefix cache. With `serving.engine_process` the server's engine is built and stepped in a process of its
-own (from the job's engine config), and the offline engine is built here once the server has stopped. A
-latency-vs-rate figure goes beside results.json."""
+once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, tokens per
+streamed chunk, and goodput under `serving.slo`; where the server is this job's, also its engine's own busy
+span and throughput over it (`engine_metrics`: what the HTTP side adds is the difference). With
+`serving.offline_reference` (an engine of this process only), the same engine offline beside them:
+`generate`'s throughput on the highest rate's requests and each lowest-rate request's prefill alone
+(experiments/runners/serving_offline.py), each from a cold prefix cache. With `serving.engine_process` the
+server's engine is built and stepped in a process of its own (from the job's engine config), and the offline
+engine is built here once the server has stopped. A latency-vs-rate figure goes beside results.json."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from experiments.harness.job import job_run, prepare_job  # noqa: E402
 from experiments.harness.profiling import TRACE_FILE  # noqa: E402
 from experiments.runners.serving_client import LoadProcesses, arrival_gaps, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
-from experiments.runners.serving_stats import serving_metrics  # noqa: E402
+from experiments.runners.serving_stats import engine_metrics, serving_metrics  # noqa: E402
 from experiments.studies.trace_kernels import summary as kernel_summary  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
 from nvllm.profiling.timeline import SUMMARY_FILE  # noqa: E402
+from nvllm.serving.served_engine import FinishedRequest  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
 ENGINE_PROFILE_DIR = "engine-profile"  # the server's engine's profile, written by its process at shutdown
@@ -88,8 +90,10 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 app = process_app(job.engine, model, profile_dir=str(job.output_dir / ENGINE_PROFILE_DIR))
             else:
                 app = app_for(run.llm, model)
+            finished = record_finished(app.state.engine)
             server = background_server(app)
         else:
+            finished = None
             url = serving.url.rstrip("/")
             model = served_model(url)
             server = nullcontext(url)
@@ -97,10 +101,13 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             for index, rate in enumerate(rates):
                 prompts, params = run.requests(index)
                 gaps = arrival_gaps(len(prompts), rate, serving.burstiness, job.workload.seed + index)
+                if finished is not None:
+                    finished.clear()
                 timings, duration_s = load.send(url, model, prompts, params, gaps)
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),
+                    **(engine_metrics(list(finished)) if finished is not None else {}),
                 }
                 run.wandb.log(metrics)
                 per_rate.append(metrics)
@@ -108,6 +115,12 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                     f"rate {rate:g} req/s: {metrics['output_tok_per_s']:.1f} output tok/s, TTFT p50 "
                     f"{metrics['ttft_p50_ms']:.1f} ms, TPOT p50 {metrics['tpot_p50_ms']:.1f} ms, "
                     f"goodput {metrics['goodput']:.2f} req/s"
+                    + (
+                        f"; its engine {metrics['engine_output_tok_per_s']:.1f} tok/s over its "
+                        f"{metrics['engine_duration_s']:.2f} s busy"
+                        if metrics.get("engine_duration_s")
+                        else ""
+                    )
                 )
             offline = None
             if in_process and serving.offline_reference:
@@ -129,6 +142,21 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             summary.update(run.sharegpt.counts())
         run.record(summary, per_rate)
     return {"per_rate": per_rate, **summary}
+
+
+def record_finished(engine) -> list[FinishedRequest]:
+    """A list that every request the served `engine` ends from now on joins as it ends (its metrics still
+    count each)."""
+    finished: list[FinishedRequest] = []
+    counted = engine.on_finished
+
+    def count_and_record(request: FinishedRequest) -> None:
+        if counted is not None:
+            counted(request)
+        finished.append(request)
+
+    engine.on_finished = count_and_record
+    return finished
 
 
 def offline_references(llm: LLM, run, rates: list[float]) -> dict:

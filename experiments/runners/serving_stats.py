@@ -1,11 +1,14 @@
 """The serving benchmark's numbers from each request's timestamps: throughput, TTFT, TPOT, ITL and
-end-to-end latency (mean, p50, p90, p99 in ms), and goodput under the SLOs."""
+end-to-end latency (mean, p50, p90, p99 in ms), and goodput under the SLOs; and the same requests as the
+server's engine saw them (`engine_metrics`), which tells the engine's time from the HTTP side's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from nvllm.serving.served_engine import FinishedRequest
 
 PERCENTILES = (50, 90, 99)
 
@@ -75,4 +78,23 @@ def serving_metrics(
         **summary_ms("tpot", tpots),
         **summary_ms("itl", [itl for t in done for itl in t.itls]),
         **summary_ms("e2e", [t.e2e for t in done]),
+    }
+
+
+def engine_metrics(finished: list[FinishedRequest]) -> dict:
+    """The requests as the engine saw them, from their arrival in the engine to its last token of each: its
+    busy span (`engine_duration_s`, the first arrival to the last token) and output throughput over it,
+    and how long the arrivals took to reach it (`engine_intake_s`, first to last arrival; 0 where all come
+    at once and the HTTP side keeps up). Aborted requests are left out."""
+    done = [request for request in finished if not request.aborted and request.samples]
+    if not done:
+        return {"engine_duration_s": None, "engine_output_tok_per_s": None, "engine_intake_s": None}
+    arrivals = [request.samples[0].arrival_time for request in done]
+    last = max(sample.finished_time for request in done for sample in request.samples)
+    tokens = sum(sample.num_completion_tokens for request in done for sample in request.samples)
+    duration_s = last - min(arrivals)
+    return {
+        "engine_duration_s": duration_s,
+        "engine_output_tok_per_s": tokens / duration_s if duration_s > 0 else 0.0,
+        "engine_intake_s": max(arrivals) - min(arrivals),
     }

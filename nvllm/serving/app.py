@@ -49,6 +49,7 @@ def build_app(
         await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="nvllm", lifespan=lifespan)
+    app.state.engine = engine  # for those who serve it in-process: e.g. the serving experiment's engine times
     tokenizer = engine.tokenizer
     max_model_len = engine.max_model_len
 

@@ -8,11 +8,12 @@ from experiments.harness.job import check_job_config
 from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
-from experiments.runners.serving_stats import RequestTiming, serving_metrics
+from experiments.runners.serving_stats import RequestTiming, engine_metrics, serving_metrics
 from nvllm import LLM
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.profiling.timeline import read_run_dir
 from nvllm.run import compose_config
+from nvllm.serving.served_engine import FinishedRequest, SampleTimes
 from nvllm.serving.server import app_for, background_server
 from nvllm.tokenizer.tokenizer import load_tokenizer
 from tests.helpers.experiment_utils import SMALL_WORKLOAD, TINY
@@ -45,6 +46,19 @@ def test_percentiles_and_goodput_from_hand_computed_timestamps():
         assert stats == pytest.approx([mean, p50, p90, p99]), name
 
 
+def test_the_engine_s_span_and_throughput_from_hand_computed_times():
+    finished = [
+        FinishedRequest(5, (SampleTimes(4, 10.0, 10.5, 12.0), SampleTimes(2, 10.0, 10.5, 13.0))),
+        FinishedRequest(5, (SampleTimes(6, 10.5, 11.0, 12.5),)),
+        FinishedRequest(5, (SampleTimes(3, 9.0, 9.5, None),)),  # aborted: not counted
+    ]
+    metrics = engine_metrics(finished)
+    assert metrics["engine_duration_s"] == pytest.approx(3.0)  # arrival 10.0 to the last token at 13.0
+    assert metrics["engine_output_tok_per_s"] == pytest.approx(12 / 3.0)
+    assert metrics["engine_intake_s"] == pytest.approx(0.5)
+    assert engine_metrics(finished[2:])["engine_duration_s"] is None
+
+
 def test_no_completed_request_has_no_latencies():
     metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 1.0, 500, 50)
     assert (metrics["completed"], metrics["failed"], metrics["goodput"]) == (0, 1, 0)
@@ -69,6 +83,9 @@ def test_serving_experiment_at_two_rates(tmp_path):
         assert row["completed"] == 4 and row["failed"] == 0
         assert 0 < row["ttft_p50_ms"] <= row["ttft_p99_ms"] <= row["e2e_p99_ms"]
         assert row["output_tokens"] > 0 and row["output_tok_per_s"] > 0
+        # the engine's span lies within the client's: from the first arrival to the last token
+        assert 0 < row["engine_duration_s"] < row["duration_s"]
+        assert row["engine_output_tok_per_s"] > row["output_tok_per_s"]
     assert (tmp_path / serving.FIGURE).is_file()
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
 
@@ -81,6 +98,7 @@ def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
     row = metrics["per_rate"][0]
     assert row["completed"] == 4 and row["failed"] == 0 and row["output_tokens"] > 0
     assert metrics["offline_output_tok_per_s"] > 0  # the offline engine, built once the server stopped
+    assert 0 < row["engine_duration_s"] < row["duration_s"]  # the times of the engine's own process
     # the server's engine wrote its profile from its own process: every request it served, every token
     _, requests, _ = read_run_dir(tmp_path / serving.ENGINE_PROFILE_DIR)
     assert len(requests) == 4 and sum(request["output_len"] for request in requests) == row["output_tokens"]
