@@ -1,20 +1,19 @@
 """The engine's own process (started by EngineProcess): it builds the engine from the server's config and
 runs the loop AsyncEngine's thread runs (take intake, step, hand on each request's deltas), with the server's
 process at the other end of a pipe. After each step it posts one message with everything the step made; a
-thread of its own sends them (`Outbox`), so that a server slow to read never holds up a step: what piles up
-meanwhile goes as one message, whose deltas of a request the server's stream then writes as one chunk.
+thread of its own sends them (`PipeSender`), so that a server slow to read never holds up a step: what piles
+up meanwhile goes as one list, whose deltas of a request the server's stream then writes as one chunk.
 
-From the server: ("add", request_id, prompt_token_ids, params, priority, streaming), ("abort", request_id,
-token), ("stop",). To the server: ("ready", None) or ("failed", error) once, then ("batch", events, stats)
-with events ("accepted", request_id, error or None), ("delta", request_id, CompletionOutput), ("error",
-request_id, error), ("end", request_id, FinishedRequest) and ("aborted", token)."""
+Each message on the pipe after the first is a list of messages (`PipeSender`). From the server:
+("add", request_id, prompt_token_ids, params, priority, streaming), ("abort", request_id, token), ("stop",).
+To the server: ("ready", None) or ("failed", error) once, then (events, stats) after each step with events
+("accepted", request_id, error or None), ("delta", request_id, CompletionOutput), ("error", request_id,
+error), ("end", request_id, FinishedRequest) and ("aborted", token)."""
 
 from __future__ import annotations
 
 import pickle
-import queue
 import signal
-import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -26,7 +25,8 @@ from nvllm.llm import LLM
 from nvllm.profiling.timeline import write_profile
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
-from nvllm.serving.served_engine import EngineStats, FinishedRequest, engine_stats
+from nvllm.serving.pipe_sender import PipeSender
+from nvllm.serving.served_engine import FinishedRequest, engine_stats
 from nvllm.serving.serving_rules import admit, drop, serve_step
 
 
@@ -45,7 +45,7 @@ def run_engine(conn: Connection, config: EngineConfig, profile_dir: str | None =
     outbox = None
     try:
         conn.send(("ready", None))
-        outbox = Outbox(conn)
+        outbox = PipeSender(conn, "nvllm-engine-outbox")
         ServingLoop(engine, conn, outbox).run()
         if profile_dir is not None:
             write_profile(Path(profile_dir), engine.profiler)
@@ -67,44 +67,6 @@ def picklable(error: BaseException) -> BaseException:
     return error
 
 
-class Outbox:
-    """Sends the loop's step messages from a thread of its own; the messages that queued while one was
-    being sent go together as one (their events in order, the latest stats)."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self._messages: queue.SimpleQueue = queue.SimpleQueue()
-        self.failed: BaseException | None = None  # why a send failed: the server's process is gone
-        self._thread = threading.Thread(target=self._send_all, name="nvllm-engine-outbox", daemon=True)
-        self._thread.start()
-
-    def post(self, events: list[tuple], stats: EngineStats) -> None:
-        if self.failed is not None:
-            raise OSError(f"the server's process is gone: {self.failed}")
-        self._messages.put((events, stats))
-
-    def close(self) -> None:
-        """Send what is posted, then stop the thread."""
-        self._messages.put(None)
-        self._thread.join()
-
-    def _send_all(self) -> None:
-        closing = False
-        while not closing:
-            pending = [self._messages.get()]
-            while not self._messages.empty():
-                pending.append(self._messages.get_nowait())
-            closing = pending[-1] is None
-            posted = [message for message in pending if message is not None]
-            if not posted or self.failed is not None:
-                continue
-            events = [event for message_events, _ in posted for event in message_events]
-            try:
-                self.conn.send(("batch", events, posted[-1][1]))
-            except (OSError, ValueError) as error:  # the pipe is closed or broken
-                self.failed = error
-
-
 @dataclass
 class _Request:
     prompt_token_ids: list[int]
@@ -114,7 +76,7 @@ class _Request:
 
 
 class ServingLoop:
-    def __init__(self, engine: LLMEngine, conn: Connection, outbox: Outbox):
+    def __init__(self, engine: LLMEngine, conn: Connection, outbox: PipeSender):
         self.engine, self.conn, self.outbox = engine, conn, outbox
         self.active: dict[str, _Request] = {}
         self.events: list[tuple] = []
@@ -125,10 +87,10 @@ class ServingLoop:
         while not self.stopping:
             if self.engine.is_finished():
                 self.engine.profiler.lap("other")  # the loop's own work, apart from its waits for work
-                self.take(self.conn.recv())  # idle: wait for work
+                self.take_all(self.conn.recv())  # idle: wait for work
                 self.engine.profiler.lap("idle")
             while not self.stopping and self.conn.poll():
-                self.take(self.conn.recv())
+                self.take_all(self.conn.recv())
             stepped = not self.stopping and not self.engine.is_finished()
             if stepped:
                 self.step()
@@ -139,8 +101,12 @@ class ServingLoop:
         self.send()
 
     def send(self) -> None:
-        self.outbox.post(self.events, engine_stats(self.engine))
+        self.outbox.post((self.events, engine_stats(self.engine)))
         self.events = []
+
+    def take_all(self, messages: list[tuple]) -> None:
+        for message in messages:
+            self.take(message)
 
     def take(self, message: tuple) -> None:
         kind, *args = message

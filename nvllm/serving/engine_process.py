@@ -1,8 +1,9 @@
 """The engine in a process of its own, served from the server's asyncio loop: the HTTP side and the engine's
 steps then each have an interpreter (and its lock) to themselves. `EngineProcess` has AsyncEngine's
-interface; the child (engine_child.py) steps the engine and sends one message per step, which a reader
-thread here hands to the event loop with one wake-up. A child that dies fails what runs with a clear error,
-and every later request is refused (503)."""
+interface; requests and aborts go to the child from a thread of their own (`PipeSender`: the event loop never
+waits for the child to read), and the child (engine_child.py) steps the engine and sends one message per
+step, which a reader thread here hands to the event loop with one wake-up. A child that dies fails what
+runs with a clear error, and every later request is refused (503)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from nvllm.engine.request_validation import Prompt, token_ids_of
 from nvllm.sampling_params import SamplingParams
 from nvllm.serving.async_engine import END, ServedRequest, settle
 from nvllm.serving.engine_child import run_engine
+from nvllm.serving.pipe_sender import PipeSender
 from nvllm.serving.served_engine import EngineStats, FinishedRequest
 from nvllm.tokenizer.tokenizer import load_tokenizer
 
@@ -44,7 +46,6 @@ class EngineProcess:
         self._active: dict[str, ServedRequest] = {}
         self._aborts: dict[int, asyncio.Future] = {}
         self._ids, self._tokens = itertools.count(), itertools.count()
-        self._send_lock = threading.Lock()
         self._closing = False
         self._ended: str | None = None  # why the child is gone, once it is
         context = multiprocessing.get_context("spawn")
@@ -56,6 +57,7 @@ class EngineProcess:
         self._process.start()
         child_conn.close()
         self._wait_ready()
+        self._sender = PipeSender(self._conn, "nvllm-engine-sender")
         self._reader = threading.Thread(target=self._read, name="nvllm-engine-reader", daemon=True)
         self._reader.start()
         atexit.register(self.shutdown)
@@ -138,10 +140,10 @@ class EngineProcess:
         self._closing = True
         atexit.unregister(self.shutdown)
         try:
-            with self._send_lock:
-                self._conn.send(("stop",))
+            self._sender.post(("stop",))
         except OSError:
             pass  # already gone
+        self._sender.close(STOP_S)
         self._process.join(STOP_S)
         if self._process.is_alive():
             self._process.kill()
@@ -155,8 +157,7 @@ class EngineProcess:
         if self._closing:
             raise RuntimeError("the server is shutting down")
         try:
-            with self._send_lock:
-                self._conn.send(message)
+            self._sender.post(message)
         except OSError:
             raise RuntimeError(self._ended or "the engine's process is gone") from None
 
@@ -164,9 +165,9 @@ class EngineProcess:
     def _read(self) -> None:
         try:
             while True:
-                _, events, stats = self._conn.recv()
-                self._stats = stats
-                self._hand_over(events)
+                messages = self._conn.recv()  # each step's (events, stats) since the last read
+                self._stats = messages[-1][1]
+                self._hand_over([event for events, _ in messages for event in events])
         except (EOFError, OSError):
             pass  # the child ended
         except Exception:  # noqa: BLE001 - a message that cannot be read: nothing it sends can be trusted
