@@ -134,6 +134,12 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             print(
                 f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
                 f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
+                + (
+                    f" ({offline['offline_ttft_after_idle_p50_ms']:.1f} ms each after idling as at the "
+                    "lowest rate)"
+                    if "offline_ttft_after_idle_p50_ms" in offline
+                    else ""
+                )
             )
         plot_latency_vs_rate(per_rate, job.output_dir / FIGURE, offline)
         summary = {f"{key}@{row['request_rate']:g}": value for row in per_rate for key, value in row.items()}
@@ -168,4 +174,4 @@ def offline_references(llm: LLM, run, rates: list[float]) -> dict:
         raise RuntimeError("the server still holds KV blocks after its requests ended")
     offline = offline_throughput(llm, *run.requests(highest))
     llm.reset_prefix_cache()
-    return {**offline, **offline_ttft(llm, *run.requests(lowest))}
+    return {**offline, **offline_ttft(llm, *run.requests(lowest), rate=rates[lowest])}

@@ -56,6 +56,7 @@ def test_the_engine_s_span_and_throughput_from_hand_computed_times():
     assert metrics["engine_duration_s"] == pytest.approx(3.0)  # arrival 10.0 to the last token at 13.0
     assert metrics["engine_output_tok_per_s"] == pytest.approx(12 / 3.0)
     assert metrics["engine_intake_s"] == pytest.approx(0.5)
+    assert metrics["engine_ttft_p50_ms"] == pytest.approx(500)  # first tokens 0.5 s after each arrival
     assert engine_metrics(finished[2:])["engine_duration_s"] is None
 
 
@@ -86,6 +87,7 @@ def test_serving_experiment_at_two_rates(tmp_path):
         # the engine's span lies within the client's: from the first arrival to the last token
         assert 0 < row["engine_duration_s"] < row["duration_s"]
         assert row["engine_output_tok_per_s"] > row["output_tok_per_s"]
+    assert metrics["offline_ttft_after_idle_p50_ms"] > 0  # each prefill after 1/20 s of idling
     assert (tmp_path / serving.FIGURE).is_file()
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
 
@@ -99,6 +101,7 @@ def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
     assert row["completed"] == 4 and row["failed"] == 0 and row["output_tokens"] > 0
     assert metrics["offline_output_tok_per_s"] > 0  # the offline engine, built once the server stopped
     assert 0 < row["engine_duration_s"] < row["duration_s"]  # the times of the engine's own process
+    assert 0 < row["engine_ttft_p50_ms"] < row["ttft_p99_ms"]
     # the server's engine wrote its profile from its own process: every request it served, every token
     _, requests, _ = read_run_dir(tmp_path / serving.ENGINE_PROFILE_DIR)
     assert len(requests) == 4 and sum(request["output_len"] for request in requests) == row["output_tokens"]
