@@ -8,8 +8,9 @@ from experiments.harness.job import check_job_config
 from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
+from experiments.runners.serving_offline import offline_ttft
 from experiments.runners.serving_stats import RequestTiming, engine_metrics, serving_metrics
-from nvllm import LLM
+from nvllm import LLM, SamplingParams
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.profiling.timeline import read_run_dir
 from nvllm.run import compose_config
@@ -217,3 +218,13 @@ def test_a_run_at_a_url_measures_that_server_without_an_engine_of_its_own(
 def test_a_bad_sharegpt_workload_stops_the_job_before_the_engine(extra, words):
     with pytest.raises(ValueError, match=words):
         check_job_config(compose_config(["+experiment=serving", *TINY, *extra]))
+
+
+def test_offline_prefills_after_idling_find_no_prompt_in_the_prefix_cache(tiny_checkpoint):
+    llm = LLM(str(tiny_checkpoint), enforce_eager=True, kvcache_block_size=16, num_kvcache_blocks=64)
+    prompts = [list(range(10 + i, 60 + i)) for i in range(3)]  # three full blocks each, no shared prefix
+    params = [SamplingParams(max_tokens=4)] * 3
+    stats = offline_ttft(llm, prompts, params, rate=200.0)
+    assert stats["offline_ttft_after_idle_p50_ms"] > 0
+    assert llm.block_manager.num_hit_tokens == 0  # each pass computed every prompt
+    llm.shutdown()
