@@ -26,12 +26,18 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock times (`time.time()`) of the request: when it was queued, when its first token reached
-    the host, when it finished."""
+    """Wall-clock times (`time.time()`) of the request: when it was queued, when a prefill step first took
+    it, when its first token reached the host, when it finished."""
 
     arrival_time: float
     first_token_time: float | None = None
     finished_time: float | None = None
+    first_scheduled_time: float | None = None
+
+    @property
+    def time_in_queue(self) -> float | None:
+        """Waiting for its first prefill step."""
+        return None if self.first_scheduled_time is None else self.first_scheduled_time - self.arrival_time
 
     @property
     def time_to_first_token(self) -> float | None:

@@ -84,13 +84,16 @@ def serving_metrics(
 def engine_metrics(finished: list[FinishedRequest]) -> dict:
     """The requests as the engine saw them, from their arrival in the engine to its last token of each: its
     busy span (`engine_duration_s`, the first arrival to the last token) and output throughput over it,
-    its time to first token (`engine_ttft_*`: TTFT without the HTTP side), and how long the arrivals took to
-    reach it (`engine_intake_s`, first to last arrival; 0 where all come at once and the HTTP side keeps
-    up). Aborted requests are left out."""
+    its time to first token (`engine_ttft_*`: TTFT without the HTTP side) in two parts, waiting for the first
+    prefill step that takes the prompt (`engine_queue_*`) and from it to the first token (`engine_prefill_*`),
+    and how long the arrivals took to reach it (`engine_intake_s`, first to last arrival; 0 where all come
+    at once and the HTTP side keeps up). Aborted requests are left out."""
     done = [request for request in finished if not request.aborted and request.samples]
     if not done:
         return {
             **summary_ms("engine_ttft", []),
+            **summary_ms("engine_queue", []),
+            **summary_ms("engine_prefill", []),
             "engine_duration_s": None,
             "engine_output_tok_per_s": None,
             "engine_intake_s": None,
@@ -100,8 +103,12 @@ def engine_metrics(finished: list[FinishedRequest]) -> dict:
     tokens = sum(sample.num_completion_tokens for request in done for sample in request.samples)
     duration_s = last - min(arrivals)
     first_tokens = [min(sample.first_token_time for sample in request.samples) for request in done]
+    scheduled = [request.first_scheduled_time for request in done]
+    timed = [(a, s, f) for a, s, f in zip(arrivals, scheduled, first_tokens) if s is not None]
     return {
         **summary_ms("engine_ttft", [first - arrival for first, arrival in zip(first_tokens, arrivals)]),
+        **summary_ms("engine_queue", [s - a for a, s, _ in timed]),
+        **summary_ms("engine_prefill", [f - s for _, s, f in timed]),
         "engine_duration_s": duration_s,
         "engine_output_tok_per_s": tokens / duration_s if duration_s > 0 else 0.0,
         "engine_intake_s": max(arrivals) - min(arrivals),

@@ -87,6 +87,7 @@ def request_output(samples: list[Sequence], tokenizer) -> RequestOutput:
             arrival_time=first.arrival_time,
             first_token_time=min((s.first_token_time for s in samples if s.first_token_time), default=None),
             finished_time=max((s.finished_time for s in samples if s.finished_time), default=None),
+            first_scheduled_time=first.first_scheduled_time,
         ),
     )
 

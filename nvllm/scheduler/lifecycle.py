@@ -3,6 +3,8 @@ blocks (the block manager's) and token-table rows. Every move is recorded as an 
 
 from __future__ import annotations
 
+import time
+
 from nvllm.scheduler.block_manager import BlockManager
 from nvllm.scheduler.events import EventKind, SchedulerEvent
 from nvllm.scheduler.policy import SchedulingPolicy, WaitingQueue
@@ -30,6 +32,8 @@ class SequenceLifecycle:
         self.block_manager.allocate(seq)
         self.waiting.remove(seq)
         seq.status = SequenceStatus.RUNNING
+        if seq.first_scheduled_time is None:  # not again after a preemption
+            seq.first_scheduled_time = time.time()
         self.token_rows.assign(seq)
         self.policy.insert(self.running, seq)
         self.events.append(SchedulerEvent(EventKind.SCHEDULED, seq))

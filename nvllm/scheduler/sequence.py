@@ -78,6 +78,7 @@ class Sequence:
         # the engine's structured outputs at submission; the sampler's grammar masks advance its state
         self.grammar = None
         self.arrival_time = time.time()
+        self.first_scheduled_time: float | None = None  # first admitted to a prefill: SequenceLifecycle
         self.first_token_time: float | None = None  # written by Postprocessor
         self.finished_time: float | None = None  # written by Postprocessor
 

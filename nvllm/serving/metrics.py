@@ -48,6 +48,14 @@ class ServerMetrics:
             "nvllm_time_per_output_token_seconds", "Mean time between a request's later tokens",
             buckets=LATENCY_BUCKETS_S, registry=registry,
         )  # fmt: skip
+        self.queue_time = Histogram(
+            "nvllm_request_queue_time_seconds", "Arrival to first prefill step",
+            buckets=LATENCY_BUCKETS_S, registry=registry,
+        )  # fmt: skip
+        self.prefill_time = Histogram(
+            "nvllm_request_prefill_time_seconds", "First prefill step to first token",
+            buckets=LATENCY_BUCKETS_S, registry=registry,
+        )  # fmt: skip
         self.e2e = Histogram(
             "nvllm_e2e_request_latency_seconds", "Arrival to last token", buckets=LATENCY_BUCKETS_S,
             registry=registry,
@@ -66,6 +74,9 @@ class ServerMetrics:
         first = min(seq.first_token_time for seq in samples)
         last = max(seq.finished_time for seq in samples)
         self.ttft.observe(first - arrival)
+        if (scheduled := request.first_scheduled_time) is not None:
+            self.queue_time.observe(scheduled - arrival)
+            self.prefill_time.observe(first - scheduled)
         self.e2e.observe(last - arrival)
         for seq in samples:
             if seq.num_completion_tokens > 1:

@@ -51,10 +51,12 @@ class SampleTimes:
 
 @dataclass(frozen=True)
 class FinishedRequest:
-    """A request that ended, as the metrics count it."""
+    """A request that ended, as the metrics count it; `first_scheduled_time`: when a prefill step first took
+    its prompt (None: never, or a server that does not say)."""
 
     num_prompt_tokens: int
     samples: tuple[SampleTimes, ...]
+    first_scheduled_time: float | None = None
 
     @classmethod
     def of(cls, prompt_token_ids: list[int], samples: list[Sequence]) -> FinishedRequest:
@@ -69,6 +71,7 @@ class FinishedRequest:
                 )
                 for seq in samples
             ),
+            samples[0].first_scheduled_time if samples else None,
         )
 
     @property

@@ -38,7 +38,13 @@ def test_request_output_reads_as_before_and_says_why_it_finished(llm, greedy_out
     assert completion.finish_reason == "length" and completion.stop_reason is None
     assert completion.logprobs is None
     metrics = out.metrics
-    assert metrics.arrival_time <= metrics.first_token_time <= metrics.finished_time
+    assert (
+        metrics.arrival_time
+        <= metrics.first_scheduled_time
+        <= metrics.first_token_time
+        <= metrics.finished_time
+    )
+    assert metrics.time_in_queue == metrics.first_scheduled_time - metrics.arrival_time
     with pytest.raises(KeyError, match="prompt"):
         out["prompt"]
 

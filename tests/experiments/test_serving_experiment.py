@@ -49,8 +49,8 @@ def test_percentiles_and_goodput_from_hand_computed_timestamps():
 
 def test_the_engine_s_span_and_throughput_from_hand_computed_times():
     finished = [
-        FinishedRequest(5, (SampleTimes(4, 10.0, 10.5, 12.0), SampleTimes(2, 10.0, 10.5, 13.0))),
-        FinishedRequest(5, (SampleTimes(6, 10.5, 11.0, 12.5),)),
+        FinishedRequest(5, (SampleTimes(4, 10.0, 10.5, 12.0), SampleTimes(2, 10.0, 10.5, 13.0)), 10.1),
+        FinishedRequest(5, (SampleTimes(6, 10.5, 11.0, 12.5),)),  # a server that does not say when scheduled
         FinishedRequest(5, (SampleTimes(3, 9.0, 9.5, None),)),  # aborted: not counted
     ]
     metrics = engine_metrics(finished)
@@ -58,6 +58,8 @@ def test_the_engine_s_span_and_throughput_from_hand_computed_times():
     assert metrics["engine_output_tok_per_s"] == pytest.approx(12 / 3.0)
     assert metrics["engine_intake_s"] == pytest.approx(0.5)
     assert metrics["engine_ttft_p50_ms"] == pytest.approx(500)  # first tokens 0.5 s after each arrival
+    assert metrics["engine_queue_p50_ms"] == pytest.approx(100)  # of the one that says: 0.1 s waiting
+    assert metrics["engine_prefill_p50_ms"] == pytest.approx(400)  # and 0.4 s to its first token
     assert engine_metrics(finished[2:])["engine_duration_s"] is None
 
 
@@ -103,6 +105,7 @@ def test_serving_experiment_with_the_engine_in_a_process_of_its_own(tmp_path):
     assert metrics["offline_output_tok_per_s"] > 0  # the offline engine, built once the server stopped
     assert 0 < row["engine_duration_s"] < row["duration_s"]  # the times of the engine's own process
     assert 0 < row["engine_ttft_p50_ms"] < row["ttft_p99_ms"]
+    assert 0 <= row["engine_queue_p50_ms"] and 0 < row["engine_prefill_p50_ms"] <= row["engine_ttft_p99_ms"]
     # the server's engine wrote its profile from its own process: every request it served, every token
     _, requests, _ = read_run_dir(tmp_path / serving.ENGINE_PROFILE_DIR)
     assert len(requests) == 4 and sum(request["output_len"] for request in requests) == row["output_tokens"]

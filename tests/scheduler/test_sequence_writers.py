@@ -30,6 +30,7 @@ OWNERS = {
     "prompt_logprobs": POSTPROCESS,
     "finish_reason": POSTPROCESS,
     "stop_reason": POSTPROCESS,
+    "first_scheduled_time": "nvllm.scheduler.lifecycle",
     "first_token_time": POSTPROCESS,
     "finished_time": POSTPROCESS,
     "detokenizer": "nvllm.engine.request_outputs",
