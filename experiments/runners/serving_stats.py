@@ -98,17 +98,14 @@ def engine_metrics(finished: list[FinishedRequest]) -> dict:
             "engine_output_tok_per_s": None,
             "engine_intake_s": None,
         }
-    arrivals = [request.samples[0].arrival_time for request in done]
-    last = max(sample.finished_time for request in done for sample in request.samples)
-    tokens = sum(sample.num_completion_tokens for request in done for sample in request.samples)
-    duration_s = last - min(arrivals)
-    first_tokens = [min(sample.first_token_time for sample in request.samples) for request in done]
-    scheduled = [request.first_scheduled_time for request in done]
-    timed = [(a, s, f) for a, s, f in zip(arrivals, scheduled, first_tokens) if s is not None]
+    arrivals = [request.arrival_time for request in done]
+    duration_s = max(request.last_token_time for request in done) - min(arrivals)
+    tokens = sum(request.num_completion_tokens for request in done)
+    scheduled = [request for request in done if request.first_scheduled_time is not None]
     return {
-        **summary_ms("engine_ttft", [first - arrival for first, arrival in zip(first_tokens, arrivals)]),
-        **summary_ms("engine_queue", [s - a for a, s, _ in timed]),
-        **summary_ms("engine_prefill", [f - s for _, s, f in timed]),
+        **summary_ms("engine_ttft", [request.first_token_time - request.arrival_time for request in done]),
+        **summary_ms("engine_queue", [r.first_scheduled_time - r.arrival_time for r in scheduled]),
+        **summary_ms("engine_prefill", [r.first_token_time - r.first_scheduled_time for r in scheduled]),
         "engine_duration_s": duration_s,
         "engine_output_tok_per_s": tokens / duration_s if duration_s > 0 else 0.0,
         "engine_intake_s": max(arrivals) - min(arrivals),

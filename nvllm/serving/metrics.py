@@ -65,19 +65,17 @@ class ServerMetrics:
         """Count a request that ended (on the engine's thread); an aborted one is counted, not timed."""
         samples = request.samples
         self.prompt_tokens.inc(request.num_prompt_tokens)
-        self.generation_tokens.inc(sum(seq.num_completion_tokens for seq in samples))
+        self.generation_tokens.inc(request.num_completion_tokens)
         aborted = request.aborted
         self.requests.labels(finish_reason=ABORTED if aborted else "finished").inc()
         if aborted or not samples:
             return
-        arrival = samples[0].arrival_time
-        first = min(seq.first_token_time for seq in samples)
-        last = max(seq.finished_time for seq in samples)
+        arrival, first = request.arrival_time, request.first_token_time
         self.ttft.observe(first - arrival)
         if (scheduled := request.first_scheduled_time) is not None:
             self.queue_time.observe(scheduled - arrival)
             self.prefill_time.observe(first - scheduled)
-        self.e2e.observe(last - arrival)
+        self.e2e.observe(request.last_token_time - arrival)
         for seq in samples:
             if seq.num_completion_tokens > 1:
                 self.tpot.observe(

@@ -78,6 +78,24 @@ class FinishedRequest:
     def aborted(self) -> bool:
         return any(sample.finished_time is None for sample in self.samples)
 
+    # A request's times, read from a finished (not aborted) one with samples: it arrived with its first
+    # sample, its first token is its first sample's to have one, and it ended with its last sample.
+    @property
+    def arrival_time(self) -> float:
+        return self.samples[0].arrival_time
+
+    @property
+    def first_token_time(self) -> float:
+        return min(sample.first_token_time for sample in self.samples)
+
+    @property
+    def last_token_time(self) -> float:
+        return max(sample.finished_time for sample in self.samples)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(sample.num_completion_tokens for sample in self.samples)
+
 
 class ServedEngine(Protocol):
     """The engine as app.py serves it (see AsyncEngine for each method's contract)."""
