@@ -30,11 +30,12 @@ from experiments.runners.serving_offline import offline_throughput, offline_ttft
 from experiments.runners.serving_stats import engine_metrics, serving_metrics  # noqa: E402
 from experiments.studies.trace_kernels import summary as kernel_summary  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
-from nvllm.profiling.timeline import SUMMARY_FILE  # noqa: E402
+from nvllm.profiling.timeline import SUMMARY_FILE, write_profile  # noqa: E402
 from nvllm.serving.served_engine import FinishedRequest  # noqa: E402
 
 FIGURE = "latency_vs_rate.png"
 ENGINE_PROFILE_DIR = "engine-profile"  # the server's engine's profile, written by its process at shutdown
+OFFLINE_PROFILE_DIR = "offline-profile"  # the offline references' engine's profile, beside it
 
 
 def print_engine_profile(profile_dir: Path) -> None:
@@ -129,7 +130,9 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             print_engine_profile(job.output_dir / ENGINE_PROFILE_DIR)
         if serving.url is None and serving.engine_process and serving.offline_reference:
             with start_engine(job.engine) as llm:  # the server's process released the device
+                llm.profiler.reset()  # its steps from here on: the references' own
                 offline = offline_references(llm, run, rates)
+                write_profile(job.output_dir / OFFLINE_PROFILE_DIR, llm.profiler)
         if offline is not None:
             print(
                 f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
