@@ -27,7 +27,7 @@ from experiments.harness.job import job_run, prepare_job  # noqa: E402
 from experiments.harness.profiling import TRACE_FILE  # noqa: E402
 from experiments.runners.serving_client import LoadProcesses, arrival_gaps, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
-from experiments.runners.serving_stats import engine_metrics, serving_metrics  # noqa: E402
+from experiments.runners.serving_stats import engine_metrics, hop_metrics, serving_metrics  # noqa: E402
 from experiments.studies.trace_kernels import summary as kernel_summary  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
 from nvllm.profiling.timeline import SUMMARY_FILE, write_profile  # noqa: E402
@@ -108,8 +108,10 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),
-                    **(engine_metrics(list(finished)) if finished is not None else {}),
                 }
+                if finished is not None:  # the server is this job's: its engine's side too
+                    metrics.update(engine_metrics(list(finished)))
+                    metrics.update(hop_metrics(timings, list(map(len, prompts)), list(finished)))
                 run.wandb.log(metrics)
                 per_rate.append(metrics)
                 print(

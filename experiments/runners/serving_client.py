@@ -50,7 +50,7 @@ async def timed_request(
         "model": model, "prompt": prompt, "max_tokens": params.max_tokens, "temperature": params.temperature,
         "ignore_eos": params.ignore_eos, "stream": True, "stream_options": {"include_usage": True},
     }  # fmt: skip
-    timing = RequestTiming(sent=time.monotonic())
+    timing = RequestTiming(sent=time.monotonic(), sent_wall=time.time())
     try:
         async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
             if response.status_code != 200:

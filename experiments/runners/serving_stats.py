@@ -20,12 +20,17 @@ class RequestTiming:
 
     sent: float
     chunk_times: list[float] = field(default_factory=list)
+    sent_wall: float | None = None  # `sent` on the wall clock (time.time), the engine's clock for requests
     output_tokens: int = 0
     error: str | None = None
 
     @property
     def ttft(self) -> float:
         return self.chunk_times[0] - self.sent
+
+    @property
+    def first_chunk_wall(self) -> float:
+        return self.sent_wall + self.ttft
 
     @property
     def e2e(self) -> float:
@@ -109,4 +114,28 @@ def engine_metrics(finished: list[FinishedRequest]) -> dict:
         "engine_duration_s": duration_s,
         "engine_output_tok_per_s": tokens / duration_s if duration_s > 0 else 0.0,
         "engine_intake_s": max(arrivals) - min(arrivals),
+    }
+
+
+def hop_metrics(
+    timings: list[RequestTiming], prompt_lens: list[int], finished: list[FinishedRequest]
+) -> dict:
+    """Where TTFT goes outside the engine: from the client's send to the request's arrival in the engine
+    (`to_engine_*`: HTTP, the server's parsing and the pipe) and from the engine's first token to the client's
+    first chunk (`to_client_*`: the pipe, the stream's chunk and HTTP). A client's request and the engine's
+    are paired in order of sending and of arrival, which agree at low rates only: where one pair's prompt
+    lengths differ, nothing is reported (None)."""
+    sent = sorted(
+        (t.sent_wall, length, t)
+        for t, length in zip(timings, prompt_lens)
+        if t.error is None and t.chunk_times and t.sent_wall is not None
+    )
+    arrived = sorted((r for r in finished if not r.aborted and r.samples), key=lambda r: r.arrival_time)
+    paired = len(sent) == len(arrived) and all(
+        length == request.num_prompt_tokens for (_, length, _), request in zip(sent, arrived)
+    )
+    pairs = list(zip((t for _, _, t in sent), arrived)) if paired and sent else []
+    return {
+        **summary_ms("to_engine", [request.arrival_time - t.sent_wall for t, request in pairs]),
+        **summary_ms("to_client", [t.first_chunk_wall - request.first_token_time for t, request in pairs]),
     }

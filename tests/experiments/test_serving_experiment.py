@@ -9,7 +9,7 @@ from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
 from experiments.runners.serving_offline import offline_ttft
-from experiments.runners.serving_stats import RequestTiming, engine_metrics, serving_metrics
+from experiments.runners.serving_stats import RequestTiming, engine_metrics, hop_metrics, serving_metrics
 from nvllm import LLM, SamplingParams
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.profiling.timeline import read_run_dir
@@ -61,6 +61,24 @@ def test_the_engine_s_span_and_throughput_from_hand_computed_times():
     assert metrics["engine_queue_p50_ms"] == pytest.approx(100)  # of the one that says: 0.1 s waiting
     assert metrics["engine_prefill_p50_ms"] == pytest.approx(400)  # and 0.4 s to its first token
     assert engine_metrics(finished[2:])["engine_duration_s"] is None
+
+
+def test_the_hops_to_the_engine_and_back_from_hand_computed_times():
+    timings = [  # sent (wall clock) and the first chunk 0.3 s / 0.2 s later; the third failed
+        RequestTiming(sent=0.0, chunk_times=[0.3], output_tokens=1, sent_wall=100.0),
+        RequestTiming(sent=1.0, chunk_times=[1.2], output_tokens=1, sent_wall=101.0),
+        RequestTiming(sent=2.0, error="500", sent_wall=102.0),
+    ]
+    finished = [  # listed as they ended, not as they arrived
+        FinishedRequest(7, (SampleTimes(1, 101.05, 101.15, 101.15),)),
+        FinishedRequest(5, (SampleTimes(1, 100.01, 100.27, 100.27),)),
+    ]
+    metrics = hop_metrics(timings, [5, 7, 9], finished)
+    assert metrics["to_engine_p50_ms"] == pytest.approx(30)  # 10 ms and 50 ms
+    assert metrics["to_engine_mean_ms"] == pytest.approx(30)
+    assert metrics["to_client_p50_ms"] == pytest.approx(40)  # 30 ms and 50 ms
+    # arrivals in another order than the sends (prompt lengths disagree): no pairs, nothing reported
+    assert hop_metrics(timings, [7, 5, 9], finished)["to_engine_p50_ms"] is None
 
 
 def test_no_completed_request_has_no_latencies():
