@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pickle
 import signal
-import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -27,7 +26,7 @@ from nvllm.profiling.timeline import write_profile
 from nvllm.sampling_params import SamplingParams
 from nvllm.scheduler.sequence import Sequence
 from nvllm.serving.pipe_sender import PipeSender
-from nvllm.serving.served_engine import SWITCH_INTERVAL_S, FinishedRequest, engine_stats
+from nvllm.serving.served_engine import FinishedRequest, engine_stats
 from nvllm.serving.serving_rules import admit, drop, serve_step
 
 
@@ -37,7 +36,6 @@ def run_engine(conn: Connection, config: EngineConfig, profile_dir: str | None =
     as they ran in this process (the loop's own work between them is the "other" stage, its waits for
     requests "idle")."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server stops this
-    sys.setswitchinterval(SWITCH_INTERVAL_S)  # the outbox's thread sends a step's tokens while the next runs
     try:
         engine = LLM.from_config(config)
     except Exception as error:  # noqa: BLE001 - the server reports why it could not start

@@ -16,12 +16,6 @@ from nvllm.scheduler.sequence import Sequence
 
 ABORTED = "abort"  # the finish reason of a request dropped before it finished (vLLM's)
 
-# How long a thread of a serving process may hold the interpreter while another waits for it (Python's
-# default: 5 ms). Each hand-over between the HTTP loop, the engine's loop and the threads that carry their
-# messages waits for it: a step of a small model is a few milliseconds of device time, a prefill replayed
-# from a graph less than that.
-SWITCH_INTERVAL_S = 0.0005
-
 
 @dataclass(frozen=True)
 class EngineStats:

@@ -23,7 +23,6 @@ from nvllm.serving.app import build_app
 from nvllm.serving.async_engine import AsyncEngine
 from nvllm.serving.engine_process import EngineProcess
 from nvllm.serving.metrics import ServerMetrics
-from nvllm.serving.served_engine import SWITCH_INTERVAL_S
 
 DRAIN_SECONDS = 30
 
@@ -36,6 +35,12 @@ def make_app(
     if engine_process:
         return process_app(engine_config(model, **overrides), model, api_key)
     return app_for(LLM(model, **overrides), model, api_key)
+
+
+# How long a thread may hold the interpreter while another waits for it (Python's default: 5 ms). The
+# engine's thread waits for each step's tokens without it, then must get it back from the HTTP loop's thread
+# at once: a step of a small model is a few milliseconds of device time.
+SWITCH_INTERVAL_S = 0.0005
 
 
 def app_for(llm: LLMEngine, model_name: str, api_key: str | None = None) -> FastAPI:
