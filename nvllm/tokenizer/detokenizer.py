@@ -2,15 +2,18 @@
 
 Byte-level BPE tokens can end inside a multi-byte character: decoding such a prefix ends in U+FFFD, which the
 next token may turn into a real character. Text is emitted only up to a token where it does not end so, and
-each step decodes a window of a few tokens (from `prefix_offset`), never the whole output. The concatenated
-text equals `tokenizer.decode` of all the tokens (`finish` releases what is still held at the end). Special
-tokens decode to no text where `skip_special_tokens` (vLLM's default): a window that adds only one adds "".
+each step decodes a window of a few tokens, never the whole output: the `tokenizers` library's `DecodeStream`
+does that window's bookkeeping and decoding in one call a token. The concatenated text equals
+`tokenizer.decode` of all the tokens (`finish` releases what is still held at the end). Special tokens decode
+to no text where `skip_special_tokens` (vLLM's default): one that adds no text completes at once with "".
 """
 
 from __future__ import annotations
 
 from collections import deque
 from typing import TYPE_CHECKING
+
+from tokenizers.decoders import DecodeStream
 
 if TYPE_CHECKING:
     from nvllm.tokenizer.tokenizer import Tokenizer
@@ -40,7 +43,8 @@ class IncrementalDetokenizer:
     ):
         self.tokenizer, self.skip_special_tokens = tokenizer, skip_special_tokens
         self.token_ids: list[int] = []
-        self.prefix_offset = 0  # decoding starts here: the window's first token
+        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self.prefix_offset = 0  # the window `finish` decodes starts here: the last completed token's start
         self.read_offset = 0  # the tokens before this one are in `text`
         self.text = ""
         self.stop_strings, self.include_stop = list(stop_strings), include_stop
@@ -56,12 +60,13 @@ class IncrementalDetokenizer:
         """Append one token; True when it completed a stop string (`check_stop`: look for one in the text
         it added)."""
         self.token_ids.append(token_id)
-        window_start = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
-        window = self._decode(self.token_ids[self.prefix_offset :])
-        if window.endswith(REPLACEMENT_CHARACTER):
-            return False  # a character left unfinished: wait for the token that ends it
+        added = self._stream.step(self.tokenizer.backend, token_id)
+        if added is None:  # no text yet: a character left unfinished, or a token of no text
+            if self.read_offset < len(self.token_ids) - 1 or self._decode([token_id]):
+                return False  # wait for the token that ends the character
+            added = ""  # a skipped special token after complete text: complete, with no text
         start = len(self.text)
-        self.text += window[len(window_start) :]
+        self.text += added
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         self.token_ends.append((len(self.token_ids), len(self.text)))
         return check_stop and self._find_stop(start)
