@@ -23,15 +23,14 @@ def attach_detokenizer(seq: Sequence, tokenizer) -> None:
     )
 
 
-def _text_token_ids(seq: Sequence) -> list[int]:
-    """The completion tokens that make its text: all but a stop token (EOS or one of `stop_token_ids`)
-    that ended it, whose text vLLM leaves out whatever `include_stop_str_in_output` says. A structured
-    output's grammar that ended on a token of text keeps it."""
-    token_ids = seq.completion_token_ids
+def _num_text_tokens(seq: Sequence) -> int:
+    """How many of the completion tokens make its text: all but a stop token (EOS or one of
+    `stop_token_ids`) that ended it, whose text vLLM leaves out whatever `include_stop_str_in_output` says.
+    A structured output's grammar that ended on a token of text keeps it."""
     stopped_by_token = seq.finish_reason == STOP and not isinstance(seq.stop_reason, str)
     if seq.stop_reason is None and seq.grammar is not None and seq.grammar.ends_on_text:
         stopped_by_token = False
-    return token_ids[:-1] if stopped_by_token else token_ids
+    return seq.num_completion_tokens - stopped_by_token
 
 
 def _text(seq: Sequence, tokenizer) -> str:
@@ -41,7 +40,9 @@ def _text(seq: Sequence, tokenizer) -> str:
     if not params.detokenize:
         return ""
     if seq.detokenizer is None:
-        return decode(tokenizer, _text_token_ids(seq), params.skip_special_tokens)
+        return decode(
+            tokenizer, seq.completion_token_ids_between(0, _num_text_tokens(seq)), params.skip_special_tokens
+        )
     _catch_up(seq)
     seq.detokenizer.finish()
     return seq.detokenizer.text
@@ -52,7 +53,7 @@ def _catch_up(seq: Sequence) -> None:
     scheduler does not decode)."""
     detokenizer = seq.detokenizer
     if detokenizer.stop_reason is None:
-        for token in _text_token_ids(seq)[len(detokenizer.token_ids) :]:
+        for token in seq.completion_token_ids_between(len(detokenizer.token_ids), _num_text_tokens(seq)):
             detokenizer.add(token, check_stop=False)
 
 
@@ -61,7 +62,7 @@ def logprob_sum(seq: Sequence, start: int, end: int) -> float | None:
     for `logprobs`)."""
     if seq.logprobs is None:
         return None
-    tokens = seq.completion_token_ids[start:end]
+    tokens = seq.completion_token_ids_between(start, end)
     return sum(entry[token] for token, entry in zip(tokens, seq.logprobs[start:end]))
 
 
@@ -126,7 +127,7 @@ class StreamCursor:
         return CompletionOutput(
             index=self.index,
             text=text,
-            token_ids=seq.completion_token_ids[start:end],
+            token_ids=seq.completion_token_ids_between(start, end),
             finish_reason=seq.finish_reason,
             stop_reason=seq.stop_reason,
             logprobs=None if seq.logprobs is None else seq.logprobs[start:end],

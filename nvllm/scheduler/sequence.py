@@ -120,6 +120,10 @@ class Sequence:
     def completion_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
 
+    def completion_token_ids_between(self, start: int, end: int) -> list[int]:
+        """Completion tokens `start` to `end`, copying only those (a stream reads a few at each step)."""
+        return self.token_ids[self.num_prompt_tokens + start : self.num_prompt_tokens + end]
+
     @property
     def is_finished(self) -> bool:
         return self.status == SequenceStatus.FINISHED

@@ -65,8 +65,10 @@ class IncrementalDetokenizer:
             if self.read_offset < len(self.token_ids) - 1 or self._decode([token_id]):
                 return False  # wait for the token that ends the character
             added = ""  # a skipped special token after complete text: complete, with no text
-        start = len(self.text)
-        self.text += added
+        text, self.text = self.text, ""  # the only reference left: CPython grows it in place, not copied
+        start = len(text)
+        text += added
+        self.text = text
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         self.token_ends.append((len(self.token_ids), len(self.text)))
         return check_stop and self._find_stop(start)
