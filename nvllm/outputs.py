@@ -23,6 +23,11 @@ class CompletionOutput:
     logprobs: list[TokenLogprobs] | None = None  # set when the request asked for `logprobs`
     cumulative_logprob: float | None = None  # the sampled tokens' log-probabilities summed (with `logprobs`)
 
+    def __reduce__(self):
+        # the fields in their order (as __init__ set them), not a dict of them: a served engine pickles one
+        # for every stream at every step, and its server unpickles them, in half the time this way
+        return CompletionOutput, tuple(vars(self).values())
+
 
 @dataclass
 class RequestMetrics:

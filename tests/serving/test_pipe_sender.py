@@ -1,10 +1,13 @@
 """The pipe sender between the server's and the engine's processes: whoever posts never waits for the other
-end to read, and what queued meanwhile goes as one list, in order."""
+end to read, and what queued meanwhile goes as one list, in order; what crosses it arrives whole."""
 
+import dataclasses
+import pickle
 import threading
 
 import pytest
 
+from nvllm.outputs import CompletionOutput
 from nvllm.serving.pipe_sender import PipeSender
 from nvllm.serving.served_engine import EngineStats
 
@@ -57,3 +60,18 @@ def test_a_pipe_that_broke_fails_the_next_post():
     sender.close()  # the failed send ends nothing but the thread
     with pytest.raises(OSError, match="server's process is gone"):
         sender.post(([], EngineStats()))
+
+
+def test_a_delta_crosses_the_pipe_whole():
+    delta = CompletionOutput(
+        index=2,
+        text=" wörd",
+        token_ids=[7, 8],
+        finish_reason="stop",
+        stop_reason="</s>",
+        logprobs=[{7: -0.5, 3: -1.0}, {8: -0.25}],
+        cumulative_logprob=-0.75,
+    )
+    defaults = CompletionOutput(index=0, text="", token_ids=[])
+    assert all(getattr(delta, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(delta))
+    assert pickle.loads(pickle.dumps(delta)) == delta
