@@ -13,9 +13,12 @@ class ChoiceAccumulator:
     def __init__(self, endpoint: Endpoint, params: SamplingParams, tokenizer):
         self.endpoint, self.params, self.tokenizer = endpoint, params, tokenizer
         self.num_tokens = 0
-        # per sample: its text, tokens, log-probabilities and (finish reason, stop reason) so far
+        # per sample: its text's pieces and length, tokens, log-probabilities and (finish reason, stop
+        # reason) so far; the pieces are joined once, at the end (a long stream's text is never copied whole
+        # at each of its chunks)
         self.gathered = [
-            {"text": "", "tokens": [], "logprobs": [], "end": (None, None)} for _ in range(params.n)
+            {"text": [], "text_len": 0, "tokens": [], "logprobs": [], "end": (None, None)}
+            for _ in range(params.n)
         ]
 
     def openings(self) -> list[dict]:
@@ -41,7 +44,7 @@ class ChoiceAccumulator:
 
     def chunk(self, delta: CompletionOutput) -> dict:
         """A stream chunk's choice for `delta`."""
-        logprobs = self._logprobs(delta, len(self.gathered[delta.index]["text"]))
+        logprobs = self._logprobs(delta, self.gathered[delta.index]["text_len"])
         self.add(delta)
         choice = {"index": delta.index, "logprobs": logprobs, "finish_reason": delta.finish_reason}
         if self.endpoint == "chat":
@@ -50,7 +53,8 @@ class ChoiceAccumulator:
 
     def add(self, delta: CompletionOutput) -> None:
         gathered = self.gathered[delta.index]
-        gathered["text"] += delta.text
+        gathered["text"].append(delta.text)
+        gathered["text_len"] += len(delta.text)
         gathered["tokens"].extend(delta.token_ids)
         gathered["logprobs"].extend(delta.logprobs or [])
         gathered["end"] = (delta.finish_reason, delta.stop_reason)
@@ -61,7 +65,8 @@ class ChoiceAccumulator:
         choices = []
         for index, gathered in enumerate(self.gathered):
             logprobs = gathered["logprobs"] if self.params.logprobs is not None else None
-            whole = CompletionOutput(index, gathered["text"], gathered["tokens"], *gathered["end"], logprobs)
+            text = "".join(gathered["text"])
+            whole = CompletionOutput(index, text, gathered["tokens"], *gathered["end"], logprobs)
             choice = {
                 "index": index,
                 "logprobs": self._logprobs(whole, 0),

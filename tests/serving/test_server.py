@@ -127,6 +127,14 @@ def test_n_stop_and_logprobs(served, client):
     logprobs = out.choices[0].logprobs
     assert len(logprobs.tokens) == 3 and all(len(top) == 2 for top in logprobs.top_logprobs)
     assert all(lp == max(top.values()) for lp, top in zip(logprobs.token_logprobs, logprobs.top_logprobs))
+    streamed = client.completions.create(
+        model="tiny", prompt=PROMPTS[0], max_tokens=3, temperature=0, logprobs=2, stream=True
+    )
+    pieces = [chunk.choices[0].logprobs for chunk in streamed if chunk.choices and chunk.choices[0].logprobs]
+    # the chunks' logprobs (each token's text offset from the completion's start) add up to the whole's
+    for field in ("tokens", "token_logprobs", "text_offset"):
+        joined = [value for piece in pieces for value in getattr(piece, field)]
+        assert joined == getattr(logprobs, field), field
     chat = client.chat.completions.create(
         model="tiny", messages=MESSAGES, max_tokens=2, temperature=0, logprobs=True, top_logprobs=3
     )
