@@ -24,8 +24,8 @@ class CompletionOutput:
     cumulative_logprob: float | None = None  # the sampled tokens' log-probabilities summed (with `logprobs`)
 
     def __reduce__(self):
-        # the fields in their order (as __init__ set them), not a dict of them: a served engine pickles one
-        # for every stream at every step, and its server unpickles them, in half the time this way
+        # the fields in their order (as __init__ set them), not a dict of them, which costs more to pickle
+        # and to read back: a served engine pickles one for every stream at every step
         return CompletionOutput, tuple(vars(self).values())
 
 

@@ -3,7 +3,8 @@
 `serving.request_rates` (requests/s; gamma arrivals of `serving.burstiness`, 1 = Poisson; `inf` = all at
 once), and per rate the request and output throughput, TTFT, TPOT, ITL and end-to-end percentiles, tokens per
 streamed chunk, and goodput under `serving.slo`; where the server is this job's, also its engine's own busy
-span and throughput over it (`engine_metrics`: what the HTTP side adds is the difference). With
+span and throughput over it (`engine_metrics`: what the HTTP side adds is the difference) and, at low rates,
+that difference split into the way in and the way back (`hop_metrics`). With
 `serving.offline_reference` (an engine of this process only), the same engine offline beside them:
 `generate`'s throughput on the highest rate's requests and each lowest-rate request's prefill alone
 (experiments/runners/serving_offline.py), each from a cold prefix cache. With `serving.engine_process` the
