@@ -122,20 +122,26 @@ def hop_metrics(
 ) -> dict:
     """Where TTFT goes outside the engine: from the client's send to the request's arrival in the engine
     (`to_engine_*`: HTTP, the server's parsing and the pipe) and from the engine's first token to the client's
-    first chunk (`to_client_*`: the pipe, the stream's chunk and HTTP). A client's request and the engine's
-    are paired in order of sending and of arrival, which agree at low rates only: where one pair's prompt
-    lengths differ, nothing is reported (None)."""
-    sent = sorted(
-        (t.sent_wall, length, t)
-        for t, length in zip(timings, prompt_lens)
-        if t.error is None and t.chunk_times and t.sent_wall is not None
-    )
-    arrived = sorted((r for r in finished if not r.aborted and r.samples), key=lambda r: r.arrival_time)
-    paired = len(sent) == len(arrived) and all(
-        length == request.num_prompt_tokens for (_, length, _), request in zip(sent, arrived)
-    )
-    pairs = list(zip((t for _, _, t in sent), arrived)) if paired and sent else []
+    first chunk (`to_client_*`: the pipe, the stream's chunk and HTTP), over the requests paired
+    (`hop_pairs`). A client's request and the engine's are paired by prompt length, those of one length in
+    order of sending and of arrival; a length with as many requests on each side pairs, one without does
+    not (they may have overtaken each other)."""
+    sent: dict[int, list[RequestTiming]] = {}
+    for timing, length in zip(timings, prompt_lens):
+        if timing.error is None and timing.chunk_times and timing.sent_wall is not None:
+            sent.setdefault(length, []).append(timing)
+    arrived: dict[int, list[FinishedRequest]] = {}
+    for request in finished:
+        if not request.aborted and request.samples:
+            arrived.setdefault(request.num_prompt_tokens, []).append(request)
+    pairs = []
+    for length, clients in sent.items():
+        engines = arrived.get(length, [])
+        if len(engines) == len(clients):
+            clients = sorted(clients, key=lambda timing: timing.sent_wall)
+            pairs += zip(clients, sorted(engines, key=lambda request: request.arrival_time))
     return {
+        "hop_pairs": len(pairs),
         **summary_ms("to_engine", [request.arrival_time - t.sent_wall for t, request in pairs]),
         **summary_ms("to_client", [t.first_chunk_wall - request.first_token_time for t, request in pairs]),
     }

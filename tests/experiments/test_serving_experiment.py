@@ -74,11 +74,29 @@ def test_the_hops_to_the_engine_and_back_from_hand_computed_times():
         FinishedRequest(5, (SampleTimes(1, 100.01, 100.27, 100.27),)),
     ]
     metrics = hop_metrics(timings, [5, 7, 9], finished)
+    assert metrics["hop_pairs"] == 2
     assert metrics["to_engine_p50_ms"] == pytest.approx(30)  # 10 ms and 50 ms
     assert metrics["to_engine_mean_ms"] == pytest.approx(30)
     assert metrics["to_client_p50_ms"] == pytest.approx(40)  # 30 ms and 50 ms
-    # arrivals in another order than the sends (prompt lengths disagree): no pairs, nothing reported
-    assert hop_metrics(timings, [7, 5, 9], finished)["to_engine_p50_ms"] is None
+    # paired by prompt length, not by order: the second request sent overtook the first on its way
+    sent = [
+        RequestTiming(sent=0.0, chunk_times=[0.010], output_tokens=1, sent_wall=100.000),  # 7 tokens
+        RequestTiming(sent=0.001, chunk_times=[0.006], output_tokens=1, sent_wall=100.001),  # 5 tokens
+    ]
+    overtaken = [
+        FinishedRequest(5, (SampleTimes(1, 100.003, 100.004, 100.004),)),
+        FinishedRequest(7, (SampleTimes(1, 100.005, 100.008, 100.008),)),
+    ]
+    metrics = hop_metrics(sent, [7, 5], overtaken)
+    assert metrics["hop_pairs"] == 2
+    assert metrics["to_engine_p99_ms"] == pytest.approx(2 + 0.99 * 3)  # 5 ms and 2 ms (3 and 4 in order)
+    assert metrics["to_client_p50_ms"] == pytest.approx(2)  # 2 ms each
+    # one length, two requests on each side: in order of sending and of arrival
+    same = [RequestTiming(sent=0.0, chunk_times=[0.3], output_tokens=1, sent_wall=t) for t in (100.0, 101.0)]
+    ended = [FinishedRequest(5, (SampleTimes(1, t, t + 0.1, t + 0.1),)) for t in (101.02, 100.01)]
+    assert hop_metrics(same, [5, 5], ended)["to_engine_p50_ms"] == pytest.approx(15)  # 10 ms and 20 ms
+    # a length with a request missing on one side pairs none of its own
+    assert hop_metrics(same, [5, 5], ended[:1])["hop_pairs"] == 0
 
 
 def test_no_completed_request_has_no_latencies():
