@@ -3,7 +3,9 @@
 Byte-level BPE tokens can end inside a multi-byte character: decoding such a prefix ends in U+FFFD, which the
 next token may turn into a real character. Text is emitted only up to a token where it does not end so, and
 each step decodes a window of a few tokens, never the whole output: the `tokenizers` library's `DecodeStream`
-does that window's bookkeeping and decoding in one call a token. The concatenated text equals
+does that window's bookkeeping and decoding in one call a token, and where it cannot (byte-fallback tokens
+that make no character can change the text its window starts with, and it then raises) the windows are
+decoded here from that token on. The concatenated text equals
 `tokenizer.decode` of all the tokens (`finish` releases what is still held at the end). Special tokens decode
 to no text where `skip_special_tokens` (vLLM's default): one that adds no text completes at once with "".
 """
@@ -43,7 +45,8 @@ class IncrementalDetokenizer:
     ):
         self.tokenizer, self.skip_special_tokens = tokenizer, skip_special_tokens
         self.token_ids: list[int] = []
-        self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        # the window's bookkeeping and decoding in one call a token; None once it has failed (`_added_text`)
+        self._stream: DecodeStream | None = DecodeStream(skip_special_tokens=skip_special_tokens)
         self.prefix_offset = 0  # the window `finish` decodes starts here: the last completed token's start
         self.read_offset = 0  # the tokens before this one are in `text`
         self.text = ""
@@ -60,11 +63,9 @@ class IncrementalDetokenizer:
         """Append one token; True when it completed a stop string (`check_stop`: look for one in the text
         it added)."""
         self.token_ids.append(token_id)
-        added = self._stream.step(self.tokenizer.backend, token_id)
-        if added is None:  # no text yet: a character left unfinished, or a token of no text
-            if self.read_offset < len(self.token_ids) - 1 or self._decode([token_id]):
-                return False  # wait for the token that ends the character
-            added = ""  # a skipped special token after complete text: complete, with no text
+        added = self._added_text(token_id)
+        if added is None:
+            return False  # wait for the token that ends the character
         text, self.text = self.text, ""  # the only reference left: CPython grows it in place, not copied
         start = len(text)
         text += added
@@ -72,6 +73,27 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
         self.token_ends.append((len(self.token_ids), len(self.text)))
         return check_stop and self._find_stop(start)
+
+    def _added_text(self, token_id: int) -> str | None:
+        """The text the token just appended adds, or None while it leaves a character unfinished."""
+        if self._stream is not None:
+            try:
+                added = self._stream.step(self.tokenizer.backend, token_id)
+            except Exception:  # noqa: BLE001 - tokenizers raises a bare Exception for it
+                # the window's text no longer starts with the text so far: decoders that strip or
+                # byte-fallback tokenizers can do that; from here on the windows are decoded here
+                self._stream = None
+            else:
+                if added is not None:
+                    return added
+                if self.read_offset < len(self.token_ids) - 1 or self._decode([token_id]):
+                    return None  # a character left unfinished
+                return ""  # a skipped special token after complete text: complete, with no text
+        window_start = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        window = self._decode(self.token_ids[self.prefix_offset :])
+        if window.endswith(REPLACEMENT_CHARACTER):
+            return None
+        return window[len(window_start) :]
 
     def _decode(self, token_ids: list[int]) -> str:
         return decode(self.tokenizer, token_ids, self.skip_special_tokens)

@@ -1,12 +1,15 @@
 """The incremental detokenizer against `decode` of all the tokens: text grown token by token, a character
-split over byte tokens held until it is whole, skipped special tokens complete at once with no text."""
+split over byte tokens held until it is whole, skipped special tokens complete at once with no text; and a
+SentencePiece-style tokenizer's byte tokens that make no character, which never raise."""
 
 import random
 
 import pytest
+import tokenizers
+from tokenizers import decoders, models
 
 from nvllm.tokenizer.detokenizer import IncrementalDetokenizer, decode
-from nvllm.tokenizer.tokenizer import load_tokenizer
+from nvllm.tokenizer.tokenizer import Tokenizer, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +89,38 @@ def test_stop_strings_cut_the_text(tok):
     stopped_at = next(i for i, token_id in enumerate(token_ids) if detokenizer.add(token_id))
     assert stopped_at == len(tok.encode("one two three")) - 1
     assert detokenizer.text == "one two " and detokenizer.stop_reason == "three"
+
+
+def sentencepiece_style_tokenizer() -> Tokenizer:
+    """A tokenizer as Llama 2's and Mistral's tokenizer.json describe theirs: pieces with "▁" for a space,
+    bytes as <0xNN> tokens (byte fallback), the decoded text's first space stripped."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{byte:02X}>": 3 + byte for byte in range(256)}}
+    for piece in ["▁Hello", "▁world", "▁", "▁the", "!", "é"]:
+        vocab[piece] = len(vocab)
+    backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    backend.add_special_tokens([tokenizers.AddedToken("<s>", special=True), tokenizers.AddedToken("</s>")])
+    return Tokenizer(backend, {}, None)
+
+
+def test_byte_fallback_tokens_that_make_no_character_never_raise():
+    # a random-weight model's tokens: bytes that make no UTF-8 character, whose window's text stops
+    # starting with the text before it (the decode stream then raises; the windows are decoded here)
+    tok = sentencepiece_style_tokenizer()
+    rng = random.Random(1)
+    for _ in range(50):
+        token_ids = [rng.randrange(len(tok)) for _ in range(40)]
+        detokenizer = IncrementalDetokenizer(tok, skip_special_tokens=True)
+        text = "".join(delta for delta, _ in streamed(detokenizer, token_ids))
+        assert text == detokenizer.text
+    # whole characters through the same tokenizer: the text of all the tokens
+    hello, world = tok.token_to_id("▁Hello"), tok.token_to_id("▁world")
+    token_ids = [hello, *byte_fallback_ids(tok, "🦀é".encode()), world]
+    detokenizer = IncrementalDetokenizer(tok, skip_special_tokens=True)
+    assert "".join(delta for delta, _ in streamed(detokenizer, token_ids)) == "Hello🦀é world"
+
+
+def byte_fallback_ids(tok: Tokenizer, data: bytes) -> list[int]:
+    return [tok.token_to_id(f"<0x{byte:02X}>") for byte in data]
