@@ -1,6 +1,7 @@
 """The serving benchmark's numbers from each request's timestamps: throughput, TTFT, TPOT, ITL and
 end-to-end latency (mean, p50, p90, p99 in ms), and goodput under the SLOs; and the same requests as the
-server's engine saw them (`engine_metrics`), which tells the engine's time from the HTTP side's."""
+server's engine saw them (`engine_metrics`), which tells the engine's time from the HTTP side's, and the HTTP
+side's split into the way to the engine and the way back (`hop_metrics`)."""
 
 from __future__ import annotations
 

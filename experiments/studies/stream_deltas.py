@@ -1,8 +1,7 @@
 """What a serving engine's loop pays on the host after each step for its streams, without a model: every
 stream's delta (its new token and text, `StreamCursor.delta`) and the step's message pickled for the pipe to
-the server (what the engine process's outbox thread does, holding the interpreter). Above saturation a
-step of a small model on a GPU is ~10 ms for 512 streams; this is the host work beside it that `generate`
-does not do.
+the server (what the engine process's outbox thread does, holding the interpreter): the host work beside
+each step that `generate` does not do, which above saturation competes with a small model's steps.
 
     python -m experiments.studies.stream_deltas [--streams 512] [--steps 64] [--tokens-in 960]
 """

@@ -5,9 +5,9 @@ next token may turn into a real character. Text is emitted only up to a token wh
 each step decodes a window of a few tokens, never the whole output: the `tokenizers` library's `DecodeStream`
 does that window's bookkeeping and decoding in one call a token, and where it cannot (byte-fallback tokens
 that make no character can change the text its window starts with, and it then raises) the windows are
-decoded here from that token on. The concatenated text equals
-`tokenizer.decode` of all the tokens (`finish` releases what is still held at the end). Special tokens decode
-to no text where `skip_special_tokens` (vLLM's default): one that adds no text completes at once with "".
+decoded here from that token on. The concatenated text equals `tokenizer.decode` of all the tokens (`finish`
+releases what is still held at the end). Special tokens decode to no text where `skip_special_tokens`
+(vLLM's default): one that adds no text completes at once with "".
 """
 
 from __future__ import annotations
