@@ -28,7 +28,12 @@ from experiments.harness.job import job_run, prepare_job  # noqa: E402
 from experiments.harness.profiling import TRACE_FILE  # noqa: E402
 from experiments.runners.serving_client import LoadProcesses, arrival_gaps, served_model  # noqa: E402
 from experiments.runners.serving_offline import offline_throughput, offline_ttft  # noqa: E402
-from experiments.runners.serving_stats import engine_metrics, hop_metrics, serving_metrics  # noqa: E402
+from experiments.runners.serving_stats import (  # noqa: E402
+    engine_metrics,
+    hop_metrics,
+    serving_metrics,
+    ttft_over_prefill,
+)
 from experiments.studies.trace_kernels import summary as kernel_summary  # noqa: E402
 from nvllm.llm import LLM  # noqa: E402
 from nvllm.profiling.timeline import SUMMARY_FILE, write_profile  # noqa: E402
@@ -80,7 +85,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     job = prepare_job(cfg, output_dir, name, job_type="serving")
     serving = cfg.serving
     rates = [float(rate) for rate in serving.request_rates]
-    per_rate = []
+    per_rate, timings_at = [], {}
     in_process = serving.url is None and not serving.engine_process  # the server's engine is this job's
     load = LoadProcesses(serving.load_processes)  # its processes start with the first rate
     with load, job_run(job, build_engine=in_process) as run:
@@ -106,6 +111,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 if finished is not None:
                     finished.clear()
                 timings, duration_s = load.send(url, model, prompts, params, gaps)
+                timings_at[rate] = timings
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),
@@ -117,7 +123,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 per_rate.append(metrics)
                 print(
                     f"rate {rate:g} req/s: {metrics['output_tok_per_s']:.1f} output tok/s, TTFT p50 "
-                    f"{metrics['ttft_p50_ms']:.1f} ms, TPOT p50 {metrics['tpot_p50_ms']:.1f} ms, "
+                    f"{_ms(metrics['ttft_p50_ms'])}, TPOT p50 {_ms(metrics['tpot_p50_ms'])}, "
                     f"goodput {metrics['goodput']:.2f} req/s"
                     + (
                         f"; its engine {metrics['engine_output_tok_per_s']:.1f} tok/s over its "
@@ -137,6 +143,9 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 offline = offline_references(llm, run, rates)
                 write_profile(job.output_dir / OFFLINE_PROFILE_DIR, llm.profiler)
         if offline is not None:
+            offline, prefill_s = offline
+            lowest = min(rates)
+            offline.update(ttft_over_prefill(timings_at[lowest], prefill_s))
             print(
                 f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
                 f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
@@ -146,6 +155,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                     if "offline_ttft_after_idle_p50_ms" in offline
                     else ""
                 )
+                + f"; TTFT at {lowest:g} req/s over each request's prefill alone, median: "
+                + ("none" if (ratio := offline["ttft_over_prefill_p50"]) is None else f"{ratio:.2f}x")
             )
         plot_latency_vs_rate(per_rate, job.output_dir / FIGURE, offline)
         summary = {f"{key}@{row['request_rate']:g}": value for row in per_rate for key, value in row.items()}
@@ -154,6 +165,11 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
             summary.update(run.sharegpt.counts())
         run.record(summary, per_rate)
     return {"per_rate": per_rate, **summary}
+
+
+def _ms(value: float | None) -> str:
+    """A latency for the log; none where no request had one (TPOT of single-token outputs)."""
+    return "none" if value is None else f"{value:.1f} ms"
 
 
 def record_finished(engine) -> list[FinishedRequest]:
@@ -171,13 +187,14 @@ def record_finished(engine) -> list[FinishedRequest]:
     return finished
 
 
-def offline_references(llm: LLM, run, rates: list[float]) -> dict:
+def offline_references(llm: LLM, run, rates: list[float]) -> tuple[dict, list[float]]:
     """The engine offline (the server idle): `generate` on the highest rate's requests, and the lowest rate's
     requests' prefills one at a time, each after the prefix cache is emptied, so that no prompt the server saw
-    is a hit."""
+    is a hit; their metrics, and each of those prefills' seconds in request order."""
     highest, lowest = rates.index(max(rates)), rates.index(min(rates))
     if not llm.reset_prefix_cache():
         raise RuntimeError("the server still holds KV blocks after its requests ended")
     offline = offline_throughput(llm, *run.requests(highest))
     llm.reset_prefix_cache()
-    return {**offline, **offline_ttft(llm, *run.requests(lowest), rate=rates[lowest])}
+    ttft, prefill_s = offline_ttft(llm, *run.requests(lowest), rate=rates[lowest])
+    return {**offline, **ttft}, prefill_s

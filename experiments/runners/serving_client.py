@@ -14,11 +14,13 @@ import math
 import multiprocessing
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 
-import httpx
+import aiohttp
 import numpy as np
 
 from experiments.runners.serving_stats import RequestTiming
@@ -36,15 +38,14 @@ def arrival_gaps(num_requests: int, rate: float, burstiness: float, seed: int) -
 def served_model(url: str) -> str:
     """The model a server at `url` serves (its /v1/models), or a ValueError saying why there is none."""
     try:
-        response = httpx.get(f"{url}/v1/models", timeout=10)
-        response.raise_for_status()
-        return response.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as response:
+            return json.load(response)["data"][0]["id"]
+    except (OSError, ValueError, KeyError, IndexError) as error:  # urllib's errors are OSErrors
         raise ValueError(f"serving.url={url!r}: no OpenAI server's /v1/models there ({error})") from None
 
 
 async def timed_request(
-    client: httpx.AsyncClient, url: str, model: str, prompt: list[int], params: SamplingParams
+    session: aiohttp.ClientSession, url: str, model: str, prompt: list[int], params: SamplingParams
 ) -> RequestTiming:
     body = {
         "model": model, "prompt": prompt, "max_tokens": params.max_tokens, "temperature": params.temperature,
@@ -52,21 +53,30 @@ async def timed_request(
     }  # fmt: skip
     timing = RequestTiming(sent=time.monotonic(), sent_wall=time.time())
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
-            if response.status_code != 200:
-                timing.error = (await response.aread()).decode()
+        async with session.post(f"{url}/v1/completions", json=body) as response:
+            if response.status != 200:
+                timing.error = (await response.read()).decode()
                 return timing
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[len("data: ") :])
-                if chunk.get("usage"):
-                    timing.output_tokens = chunk["usage"]["completion_tokens"]
-                elif chunk.get("choices") and chunk["choices"][0]["text"]:
-                    timing.chunk_times.append(time.monotonic())
-    except httpx.HTTPError as error:
+            pending = b""  # the start of an event line whose end has not arrived
+            async for data in response.content.iter_any():
+                now = time.monotonic()
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    _read_event(line, now, timing)
+    except aiohttp.ClientError as error:
         timing.error = repr(error)
     return timing
+
+
+def _read_event(line: bytes, arrived: float, timing: RequestTiming) -> None:
+    """One line of the stream into `timing`: a chunk with text arrived at `arrived`, or the usage."""
+    if not line.startswith(b"data: ") or line == b"data: [DONE]":
+        return
+    chunk = json.loads(line[len(b"data: ") :])
+    if chunk.get("usage"):
+        timing.output_tokens = chunk["usage"]["completion_tokens"]
+    elif chunk.get("choices") and chunk["choices"][0]["text"]:
+        timing.chunk_times.append(arrived)
 
 
 async def send_on_schedule(
@@ -79,12 +89,14 @@ async def send_on_schedule(
 ) -> list[RequestTiming]:
     """Every request sent `offsets[i]` seconds after the client is made and `ready()` returned; their
     timings."""
-    async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as client:
+    connector = aiohttp.TCPConnector(limit=0)  # no cap on connections: every request goes when due
+    no_timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(connector=connector, timeout=no_timeout) as session:
         ready()
         start, tasks = time.monotonic(), []
         for prompt, request_params, offset in zip(prompts, params, offsets, strict=True):
             await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
-            tasks.append(asyncio.create_task(timed_request(client, url, model, prompt, request_params)))
+            tasks.append(asyncio.create_task(timed_request(session, url, model, prompt, request_params)))
         return list(await asyncio.gather(*tasks))
 
 

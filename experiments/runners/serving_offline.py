@@ -30,11 +30,12 @@ IDLE_BUDGET_S = 15.0  # the most time the prefills after idling spend idling
 
 def offline_ttft(
     llm, prompts: list[Prompt], params: list[SamplingParams], rate: float | None = None
-) -> dict[str, float]:
-    """Each request's prefill alone (`max_tokens=1`), one after another; mean and median in ms. With a
-    finite `rate`, also the first requests' (as many as idle `IDLE_BUDGET_S` in all) each after 1/rate s
-    of idling."""
-    stats = _ttft_stats("offline_ttft", [_prefill_seconds(llm, *request) for request in zip(prompts, params)])
+) -> tuple[dict[str, float], list[float]]:
+    """Each request's prefill alone (`max_tokens=1`), one after another: mean and median in ms, and each
+    request's seconds in request order. With a finite `rate`, also the first requests' (as many as idle
+    `IDLE_BUDGET_S` in all) each after 1/rate s of idling."""
+    prefill_s = [_prefill_seconds(llm, *request) for request in zip(prompts, params)]
+    stats = _ttft_stats("offline_ttft", prefill_s)
     if rate is not None and 0 < rate < float("inf"):
         idle_s = 1 / rate
         count = max(1, min(len(prompts), int(IDLE_BUDGET_S / idle_s)))
@@ -44,7 +45,7 @@ def offline_ttft(
             time.sleep(idle_s)
             seconds.append(_prefill_seconds(llm, *request))
         stats.update(_ttft_stats("offline_ttft_after_idle", seconds))
-    return stats
+    return stats, prefill_s
 
 
 def _prefill_seconds(llm, prompt: Prompt, params: SamplingParams) -> float:

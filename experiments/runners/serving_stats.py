@@ -87,6 +87,21 @@ def serving_metrics(
     }
 
 
+def ttft_over_prefill(timings: list[RequestTiming], prefill_s: list[float]) -> dict[str, float | None]:
+    """Each completed request's TTFT over its own prompt's prefill alone offline (`prefill_s`, in request
+    order): median and mean of the ratios. Paired by request, the ratio does not depend on which prompt
+    lengths a percentile of either side falls on (short prompts' prefills replay a graph, long ones may not,
+    so prefill times are bimodal)."""
+    pairs = zip(timings, prefill_s, strict=True)
+    ratios = [timing.ttft / alone for timing, alone in pairs if timing.error is None and timing.chunk_times]
+    if not ratios:
+        return {"ttft_over_prefill_p50": None, "ttft_over_prefill_mean": None}
+    return {
+        "ttft_over_prefill_p50": float(np.median(ratios)),
+        "ttft_over_prefill_mean": float(np.mean(ratios)),
+    }
+
+
 def engine_metrics(finished: list[FinishedRequest]) -> dict:
     """The requests as the engine saw them, from their arrival in the engine to its last token of each: its
     busy span (`engine_duration_s`, the first arrival to the last token) and output throughput over it,

@@ -3,10 +3,12 @@ away: a stand-in engine hands every running request one token each `--step-ms` (
 loop per step, as the engine's process does), and the serving benchmark's load (`LoadProcesses`, all
 requests at once) reads them. What bounds `+experiment=serving` above saturation when it is not the engine:
 the server's event loop, its HTTP implementation (uvicorn's `--loop` and `--http`), or the load's client
-processes (`--load-processes`, each sending its share of the requests).
+processes (`--load-processes`, each sending its share of the requests). At a low `--rate` (requests a
+second, Poisson arrivals) its TTFT is the least the HTTP side adds to an engine's: the way in and out of the
+server with the load's client, plus on average half a stand-in step.
 
     python -m experiments.studies.serving_http_ceiling [--requests 200] [--tokens 256] [--step-ms 2]
-        [--loop auto|asyncio|uvloop] [--http auto|h11|httptools] [--load-processes 1]
+        [--loop auto|asyncio|uvloop] [--http auto|h11|httptools] [--load-processes 1] [--rate inf]
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import itertools
 import threading
 from contextlib import contextmanager
 
-from experiments.runners.serving_client import LoadProcesses
+from experiments.runners.serving_client import LoadProcesses, arrival_gaps
 from experiments.runners.serving_stats import serving_metrics
 from nvllm.engine.request_validation import token_ids_of
 from nvllm.outputs import CompletionOutput
@@ -115,6 +117,9 @@ def main() -> None:
         "--http", default="auto", help="uvicorn's HTTP implementation: auto, h11 or httptools"
     )
     parser.add_argument("--load-processes", type=int, default=1)
+    parser.add_argument(
+        "--rate", type=float, default=float("inf"), help="requests a second (inf: all at once)"
+    )
     args = parser.parse_args()
     prompts = [[TOKEN_ID] * 8 for _ in range(args.requests)]
     params = [SamplingParams(max_tokens=args.tokens, ignore_eos=True)] * args.requests
@@ -122,17 +127,19 @@ def main() -> None:
         stand_in_server(args.step_ms / 1e3, args.loop, args.http) as url,
         LoadProcesses(args.load_processes) as load,
     ):
-        timings, duration = load.send(url, "stand-in", prompts, params, [0.0] * len(prompts))
+        gaps = arrival_gaps(len(prompts), args.rate, burstiness=1.0, seed=0)
+        timings, duration = load.send(url, "stand-in", prompts, params, gaps)
     metrics = serving_metrics(timings, duration, ttft_slo_ms=1e9, tpot_slo_ms=1e9)
     offered = args.requests / (args.step_ms / 1e3)
     print(
         f"{args.requests} streams x {args.tokens} tokens, a step each {args.step_ms} ms "
         f"({offered:,.0f} tok/s offered), loop {args.loop}, http {args.http}, "
-        f"{args.load_processes} load process(es): "
+        f"{args.load_processes} load process(es), rate {args.rate:g} req/s: "
         f"{metrics['output_tok_per_s']:,.0f} tok/s delivered, "
         f"{metrics['tokens_per_chunk']:.2f} tokens a chunk, "
-        f"TTFT p50 / p99 {metrics['ttft_p50_ms']:.0f} / {metrics['ttft_p99_ms']:.0f} ms, "
-        f"ITL p50 {metrics['itl_p50_ms']:.2f} ms, failed {metrics['failed']}",
+        f"TTFT p50 / p99 {metrics['ttft_p50_ms']:.2f} / {metrics['ttft_p99_ms']:.2f} ms, "
+        + (f"ITL p50 {metrics['itl_p50_ms']:.2f} ms, " if metrics["itl_p50_ms"] is not None else "")
+        + f"failed {metrics['failed']}",
         flush=True,
     )
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from experiments.harness.job import check_job_config
@@ -9,7 +10,13 @@ from experiments.harness.sharegpt import read_sharegpt
 from experiments.runners import serving
 from experiments.runners.serving_client import arrival_gaps
 from experiments.runners.serving_offline import offline_ttft
-from experiments.runners.serving_stats import RequestTiming, engine_metrics, hop_metrics, serving_metrics
+from experiments.runners.serving_stats import (
+    RequestTiming,
+    engine_metrics,
+    hop_metrics,
+    serving_metrics,
+    ttft_over_prefill,
+)
 from nvllm import LLM, SamplingParams
 from nvllm.engine.llm_engine import LLMEngine
 from nvllm.profiling.timeline import read_run_dir
@@ -99,6 +106,20 @@ def test_the_hops_to_the_engine_and_back_from_hand_computed_times():
     assert hop_metrics(same, [5, 5], ended[:1])["hop_pairs"] == 0
 
 
+def test_ttft_over_each_request_s_own_prefill_from_hand_computed_times():
+    timings = [
+        RequestTiming(sent=0.0, chunk_times=[0.012]),  # 12 ms over a 10 ms prefill: 1.2
+        RequestTiming(sent=1.0, chunk_times=[1.045]),  # 45 ms over 30 ms: 1.5
+        RequestTiming(sent=2.0, error="refused"),  # no TTFT: not counted
+        RequestTiming(sent=3.0, chunk_times=[3.004]),  # 4 ms over 4 ms: 1.0
+    ]
+    ratios = ttft_over_prefill(timings, [0.010, 0.030, 0.020, 0.004])
+    assert ratios["ttft_over_prefill_p50"] == pytest.approx(1.2)
+    assert ratios["ttft_over_prefill_mean"] == pytest.approx((1.2 + 1.5 + 1.0) / 3)
+    nothing_completed = ttft_over_prefill(timings[2:3], [0.02])
+    assert nothing_completed == {"ttft_over_prefill_p50": None, "ttft_over_prefill_mean": None}
+
+
 def test_no_completed_request_has_no_latencies():
     metrics = serving_metrics([RequestTiming(sent=0.0, error="refused")], 1.0, 500, 50)
     assert (metrics["completed"], metrics["failed"], metrics["goodput"]) == (0, 1, 0)
@@ -127,6 +148,7 @@ def test_serving_experiment_at_two_rates(tmp_path):
         assert 0 < row["engine_duration_s"] < row["duration_s"]
         assert row["engine_output_tok_per_s"] > row["output_tok_per_s"]
     assert metrics["offline_ttft_after_idle_p50_ms"] > 0  # each prefill after 1/20 s of idling
+    assert metrics["ttft_over_prefill_p50"] > 0  # the lowest rate's requests against their prefills
     assert (tmp_path / serving.FIGURE).is_file()
     assert json.loads((tmp_path / "results.json").read_text())["metrics"]["completed@20"] == 4
 
@@ -263,7 +285,8 @@ def test_offline_prefills_after_idling_find_no_prompt_in_the_prefix_cache(tiny_c
     llm = LLM(str(tiny_checkpoint), enforce_eager=True, kvcache_block_size=16, num_kvcache_blocks=64)
     prompts = [list(range(10 + i, 60 + i)) for i in range(3)]  # three full blocks each, no shared prefix
     params = [SamplingParams(max_tokens=4)] * 3
-    stats = offline_ttft(llm, prompts, params, rate=200.0)
+    stats, prefill_s = offline_ttft(llm, prompts, params, rate=200.0)
     assert stats["offline_ttft_after_idle_p50_ms"] > 0
+    assert len(prefill_s) == 3 and stats["offline_ttft_p50_ms"] == pytest.approx(np.median(prefill_s) * 1e3)
     assert llm.block_manager.num_hit_tokens == 0  # each pass computed every prompt
     llm.shutdown()
