@@ -1,7 +1,8 @@
 """Where a lone prompt's prefill spends its host time when no CUDA graph holds it (longer than
 `compile.max_prefill_graph_tokens`): each prompt length's prefill alone (`max_tokens=1`, best of a few)
 with the model's regions checking dynamo's guards as they do, and with the checks skipped; then the Python
-functions that took the host time of one such prefill (cProfile, by own time).
+functions that took the host time of one such prefill (cProfile, by own time), and on CUDA its kernels
+(a torch.profiler trace, summed by kernel with the device's idle time before each).
 
     python -m experiments.studies.prefill_host_time [--model qwen3-0.6b] [--lengths 600 1000]
         [--max-prefill-graph-tokens 512] [--top 25]
@@ -13,8 +14,14 @@ import argparse
 import cProfile
 import pstats
 import random
+import tempfile
+import threading
 import time
+from pathlib import Path
 
+import torch
+
+from experiments.studies.trace_kernels import summary as kernel_summary
 from nvllm import LLM, SamplingParams
 from nvllm.runner.compiled_model import CompiledModel
 
@@ -59,6 +66,16 @@ def main() -> None:
     profile.runcall(llm.generate, [prompt], SamplingParams(max_tokens=1), use_tqdm=False)
     print(f"one {longest}-token prefill, by own time:")
     pstats.Stats(profile).sort_stats("tottime").print_stats(args.top)
+    print("threads:", ", ".join(thread.name for thread in threading.enumerate()))
+    if torch.cuda.is_available():
+        prompt = [rng.randrange(1000, 100_000) for _ in range(longest)]
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activities) as trace:
+            llm.generate([prompt], SamplingParams(max_tokens=1), use_tqdm=False)
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "trace.json"
+            trace.export_chrome_trace(str(path))
+            print(f"one {longest}-token prefill's kernels:\n{kernel_summary(path, args.top)}")
     llm.shutdown()
 
 
