@@ -5,7 +5,7 @@ functions that took the host time of one such prefill (cProfile, by own time), a
 (a torch.profiler trace, summed by kernel with the device's idle time before each).
 
     python -m experiments.studies.prefill_host_time [--model qwen3-0.6b] [--lengths 600 1000]
-        [--max-prefill-graph-tokens 512] [--top 25]
+        [--max-prefill-graph-tokens 512] [--top 25] [--no-pdl]
 """
 
 from __future__ import annotations
@@ -46,7 +46,12 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 600, 1000, 2000])
     parser.add_argument("--max-prefill-graph-tokens", type=int, default=512)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--no-pdl", action="store_true", help="nvllm's Triton kernels launched without PDL")
     args = parser.parse_args()
+    if args.no_pdl:
+        from nvllm.ops import pdl
+
+        pdl._supported = lambda device_index: False
     llm = LLM(args.model, compile__max_prefill_graph_tokens=args.max_prefill_graph_tokens)
     rng = random.Random(0)
     for length in args.lengths:
@@ -56,7 +61,8 @@ def main() -> None:
     CompiledModel.__call__ = lambda self, *a, check_guards=True: call(self, *a, check_guards=False)
     unchecked = {length: best_prefill_ms(llm, length, rng) for length in args.lengths}
     CompiledModel.__call__ = call
-    print(f"{args.model}, prefill graphs up to {args.max_prefill_graph_tokens} tokens; a prefill alone, ms:")
+    pdl_state = "off" if args.no_pdl else "where the GPU has it"
+    print(f"{args.model}, prefill graphs up to {args.max_prefill_graph_tokens} tokens, PDL {pdl_state}; ms:")
     for length in args.lengths:
         times = f"{checked[length]:7.2f} guards checked, {unchecked[length]:7.2f} skipped"
         print(f"  {length:6d} tokens: {times}")
