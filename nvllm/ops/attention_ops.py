@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from nvllm.ops import torch_attention
+from nvllm.ops.op_library import inference_op, register_fake
 from nvllm.ops.paged_batch import PagedBatch
 
 
@@ -31,9 +32,7 @@ def _implementation(backend: str):
 # flexible_layout: inductor may pass the tensors in the layout it produced them in instead of copying each
 # into eager's strides first (a copy kernel per tensor, layer and step). Both backends take any layout whose
 # last dimension is contiguous (the flash-attn one asserts it).
-@torch.library.custom_op(
-    "nvllm::qk_norm_rope_store", mutates_args=("k_cache", "v_cache"), tags=(torch.Tag.flexible_layout,)
-)
+@inference_op("qk_norm_rope_store", mutates_args=("k_cache", "v_cache"), tags=(torch.Tag.flexible_layout,))
 def qk_norm_rope_store(
     qkv: torch.Tensor,
     positions: torch.Tensor,
@@ -75,12 +74,12 @@ def qk_norm_rope_store(
     )
 
 
-@qk_norm_rope_store.register_fake
+@register_fake(qk_norm_rope_store)
 def _(qkv, positions, cos_sin, q_norm_weight, k_norm_weight, eps, num_heads, *_):
     return qkv.new_empty((qkv.shape[0], num_heads, cos_sin.shape[1]))
 
 
-@torch.library.custom_op("nvllm::attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+@inference_op("attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -105,14 +104,14 @@ def attention(
     return _implementation(backend).attention(query, k_cache, v_cache, batch, scale)
 
 
-@attention.register_fake
+@register_fake(attention)
 def _(query, *_):
     return query.new_empty(query.shape)  # contiguous (both backends return that), whatever the query's layout
 
 
 # The two passes of cascade attention (see nvllm.attention.cascade), each returning its softmax log-sum-exp
 # (natural log, fp32) beside its output, so that the model merges them.
-@torch.library.custom_op("nvllm::prefix_attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+@inference_op("prefix_attention", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def prefix_attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -135,16 +134,14 @@ def prefix_attention(
     )
 
 
-@prefix_attention.register_fake
+@register_fake(prefix_attention)
 def _(query, *_):
     return query.new_empty(query.shape), query.new_empty(
         (query.shape[1], query.shape[0]), dtype=torch.float32
     )
 
 
-@torch.library.custom_op(
-    "nvllm::decode_attention_with_lse", mutates_args=(), tags=(torch.Tag.flexible_layout,)
-)
+@inference_op("decode_attention_with_lse", mutates_args=(), tags=(torch.Tag.flexible_layout,))
 def decode_attention_with_lse(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -162,6 +159,6 @@ def decode_attention_with_lse(
     )
 
 
-@decode_attention_with_lse.register_fake
+@register_fake(decode_attention_with_lse)
 def _(query, *_):
     return query.new_empty(query.shape), query.new_empty(query.shape[:2], dtype=torch.float32)

@@ -21,6 +21,7 @@ import torch
 
 from nvllm.ops.fp8 import fp8_linear_reference, quantize_tokens, scaled_mm_of_quantized
 from nvllm.ops.linear_ops import add_bias, apply_linear, apply_linear_silu_mul, chosen_skinny_config, silu_mul
+from nvllm.ops.op_library import inference_op, register_fake
 
 
 def fp8_matmul_of_quantized(
@@ -43,7 +44,7 @@ def fp8_matmul_of_quantized(
     return add_bias(y.view(*x.shape[:-1], weight.shape[0]), bias)
 
 
-@torch.library.custom_op("nvllm::scaled_mm", mutates_args=())
+@inference_op("scaled_mm", mutates_args=())
 def scaled_mm(
     x: torch.Tensor,
     x_q: torch.Tensor,
@@ -58,7 +59,7 @@ def scaled_mm(
     return fp8_matmul_of_quantized(x, x_q, x_scale, weight, weight_scale, bias)
 
 
-@scaled_mm.register_fake
+@register_fake(scaled_mm)
 def _(x, x_q, x_scale, weight, weight_scale, bias=None):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 

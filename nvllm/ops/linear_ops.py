@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from nvllm.ops.fp8 import fp8_matmul
+from nvllm.ops.op_library import inference_op, register_fake
 
 SKINNY_MAX_ROWS = 16  # nvllm.ops.skinny_matmul.MAX_ROWS (not imported here: it needs triton)
 
@@ -65,7 +66,7 @@ def matmul_by_batch(
     return F.linear(x, weight, bias)
 
 
-@torch.library.custom_op("nvllm::linear", mutates_args=())
+@inference_op("linear", mutates_args=())
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -77,7 +78,7 @@ def linear(
     return matmul_by_batch(x, weight, bias, weight_scale)
 
 
-@linear.register_fake
+@register_fake(linear)
 def _(x, weight, bias=None, weight_scale=None):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
@@ -105,7 +106,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return (F.silu(gate) * up).to(gate_up.dtype)
 
 
-@torch.library.custom_op("nvllm::linear_silu_mul", mutates_args=())
+@inference_op("linear_silu_mul", mutates_args=())
 def linear_silu_mul(
     x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -126,7 +127,7 @@ def linear_silu_mul(
     return silu_mul(gate_up)
 
 
-@linear_silu_mul.register_fake
+@register_fake(linear_silu_mul)
 def _(x, weight, weight_scale=None):
     return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
 

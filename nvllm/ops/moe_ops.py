@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from nvllm.ops.moe_routing import route_step
+from nvllm.ops.op_library import inference_op, register_fake
 
 
 def experts_reference(
@@ -45,7 +46,7 @@ def experts_reference(
     return out
 
 
-@torch.library.custom_op("nvllm::fused_experts", mutates_args=())
+@inference_op("fused_experts", mutates_args=())
 def fused_experts(
     x: torch.Tensor,
     gate_up: torch.Tensor,
@@ -61,12 +62,12 @@ def fused_experts(
     return experts_reference(x, gate_up, down, topk_weights, topk_ids)
 
 
-@fused_experts.register_fake
+@register_fake(fused_experts)
 def _(x, gate_up, down, topk_weights, topk_ids):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("nvllm::routed_experts", mutates_args=())
+@inference_op("routed_experts", mutates_args=())
 def routed_experts(
     x: torch.Tensor,
     gate_up: torch.Tensor,
@@ -86,6 +87,6 @@ def routed_experts(
     return experts_reference(x, gate_up, down, weights, ids)
 
 
-@routed_experts.register_fake
+@register_fake(routed_experts)
 def _(x, gate_up, down, router_logits, padding, top_k, renormalize):
     return torch.empty_like(x)

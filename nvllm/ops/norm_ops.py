@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from nvllm.ops.op_library import inference_op, register_fake
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype | None = None):
     """RMSNorm over the last dimension in fp32, rounded to `dtype` (x's own by default)."""
@@ -24,7 +26,7 @@ def add_rms_norm_reference(
     return rms_norm(summed, weight, eps, x.dtype), summed.to(x.dtype)
 
 
-@torch.library.custom_op("nvllm::add_rms_norm", mutates_args=())
+@inference_op("add_rms_norm", mutates_args=())
 def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,6 +42,6 @@ def add_rms_norm(
     return add_rms_norm_reference(x, residual, weight, eps)
 
 
-@add_rms_norm.register_fake
+@register_fake(add_rms_norm)
 def _(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(x)
