@@ -132,18 +132,17 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                         else ""
                     )
                 )
-            offline = None
+            offline = prefill_s = None
             if in_process and serving.offline_reference:
-                offline = offline_references(run.llm, run, rates)
+                offline, prefill_s = offline_references(run.llm, run, rates)
         if serving.url is None and serving.engine_process:
             print_engine_profile(job.output_dir / ENGINE_PROFILE_DIR)
         if serving.url is None and serving.engine_process and serving.offline_reference:
             with start_engine(job.engine) as llm:  # the server's process released the device
                 llm.profiler.reset()  # its steps from here on: the references' own
-                offline = offline_references(llm, run, rates)
+                offline, prefill_s = offline_references(llm, run, rates)
                 write_profile(job.output_dir / OFFLINE_PROFILE_DIR, llm.profiler)
         if offline is not None:
-            offline, prefill_s = offline
             lowest = min(rates)
             offline.update(ttft_over_prefill(timings_at[lowest], prefill_s))
             print(
