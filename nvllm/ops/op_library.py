@@ -6,7 +6,7 @@ function branches on the device itself) and no autograd formula (the engine only
 redispatches, checks of the outputs' aliasing) on top of the dispatcher's call into the function. A step
 that no CUDA graph holds launches a model's ops from Python, eight of them a decoder layer, and pays those
 layers at each (`experiments/results/2026-12-03-h200-serving-prefill-graphs.md`); here the dispatcher calls
-the function directly."""
+the function directly (`experiments/results/2026-12-03-cpu-op-dispatch.md`)."""
 
 from __future__ import annotations
 
