@@ -138,7 +138,7 @@ class CompileConfig:
     max_capture_batch_size: int = 512  # decode batches above this run the compiled graph without a CUDA graph
     # Prefill steps of up to this many tokens (of at most 4 sequences) replay CUDA graphs too, one per token
     # bucket (16, 32, ... up to this): a compiled prefill launched from Python costs far more host time
-    # than its kernels take on the GPU (each custom op's dispatch is Python). 0: none.
+    # than its kernels take on the GPU (every kernel and op is launched from Python). 0: none.
     max_prefill_graph_tokens: int = 2048
     # A file of inductor's portable cache artifacts: read before compiling when it exists, written after
     # start-up's compiles, so that a start-up with empty local inductor/Triton caches compiles warm from it

@@ -85,7 +85,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
     job = prepare_job(cfg, output_dir, name, job_type="serving")
     serving = cfg.serving
     rates = [float(rate) for rate in serving.request_rates]
-    per_rate, timings_at = [], {}
+    per_rate, lowest_rate_timings = [], None
     in_process = serving.url is None and not serving.engine_process  # the server's engine is this job's
     load = LoadProcesses(serving.load_processes)  # its processes start with the first rate
     with load, job_run(job, build_engine=in_process) as run:
@@ -111,7 +111,8 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 if finished is not None:
                     finished.clear()
                 timings, duration_s = load.send(url, model, prompts, params, gaps)
-                timings_at[rate] = timings
+                if index == rates.index(min(rates)):  # the requests the offline prefills are of
+                    lowest_rate_timings = timings
                 metrics = {
                     "request_rate": rate,
                     **serving_metrics(timings, duration_s, serving.slo.ttft_ms, serving.slo.tpot_ms),
@@ -143,8 +144,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                 offline, prefill_s = offline_references(llm, run, rates)
                 write_profile(job.output_dir / OFFLINE_PROFILE_DIR, llm.profiler)
         if offline is not None:
-            lowest = min(rates)
-            offline.update(ttft_over_prefill(timings_at[lowest], prefill_s))
+            offline.update(ttft_over_prefill(lowest_rate_timings, prefill_s))
             print(
                 f"offline: generate {offline['offline_output_tok_per_s']:.1f} output tok/s, "
                 f"a prefill alone p50 {offline['offline_ttft_p50_ms']:.1f} ms"
@@ -154,7 +154,7 @@ def run(cfg: DictConfig, output_dir: Path, name: str | None = None) -> dict:
                     if "offline_ttft_after_idle_p50_ms" in offline
                     else ""
                 )
-                + f"; TTFT at {lowest:g} req/s over each request's prefill alone, median: "
+                + f"; TTFT at {min(rates):g} req/s over each request's prefill alone, median: "
                 + ("none" if (ratio := offline["ttft_over_prefill_p50"]) is None else f"{ratio:.2f}x")
             )
         plot_latency_vs_rate(per_rate, job.output_dir / FIGURE, offline)

@@ -14,7 +14,6 @@ import math
 import multiprocessing
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
