@@ -8,9 +8,10 @@ loop iteration) too. What decode's kernel (the Triton one), its split rule
 (`FlashAttnBackend.decode_kv_splits`) and its tile rule (`paged_decode_attention.tile_tokens`) are chosen by.
 
 With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
-dots in fp16 and in bf16 (`paged_decode_attention.FP8_DOT_DTYPE`), each in its best split count and tile,
-and the fp16 one's best launch over splits, tiles (up to 256 tokens), warps and pipeline stages: what an
-fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
+value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
+its best split count and tile, and the default's best launch over splits, tiles (up to 256 tokens), warps
+and pipeline stages: what an fp8 cache's halved bytes buy in decode, and which conversion and launch of its
+elements keep them.
 
 `python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8]`"""
 
@@ -23,7 +24,6 @@ from functools import partial
 
 import torch
 import triton
-import triton.language as tl
 from flash_attn import flash_attn_with_kvcache
 
 from experiments.kernels.skinny_matmul_bench import time_us
@@ -120,10 +120,10 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
         bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
         fp8 = {}
-        for name, dtype in (("fp16", tl.float16), ("bf16", tl.bfloat16)):
-            decode_module.FP8_DOT_DTYPE = dtype
+        for name, staged in (("values converted as loaded", True), ("in the dot's layout", False)):
+            decode_module.STAGE_FP8_VALUES = staged
             fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
-        decode_module.FP8_DOT_DTYPE = tl.float16
+        decode_module.STAGE_FP8_VALUES = True
         by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
         launches = {}
         for launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)):
@@ -138,9 +138,9 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
         mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
         print(
             f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
-            f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, dots in "
+            f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, "
             + ", ".join(f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items())
-            + f" | fp16 dots, best (splits, tile, warps, stages) {best_launch}: "
+            + f" | default, best (splits, tile, warps, stages) {best_launch}: "
             f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)",
             flush=True,
         )

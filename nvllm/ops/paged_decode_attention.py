@@ -14,6 +14,8 @@ their log-sum-exps (flash-decoding).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -35,6 +37,28 @@ def tile_tokens(rows: int, num_kv_heads: int, num_splits: int) -> int:
     """KV tokens per loop iteration for a step of `rows` rows cut into `num_splits` splits."""
     many_programs = rows * num_kv_heads >= LONG_TILE_MIN_PROGRAMS
     return LONG_TILE_TOKENS if num_splits == 1 and many_programs else TILE_TOKENS
+
+
+LOG2_E = tl.constexpr(1.4426950408889634)
+LN_2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def e4m3_words_to_f16(words):
+    """`words` (int32 `[rows, n]`, each four float8 e4m3 elements, the lowest byte first) as fp16
+    `[rows, 4 n]`, converted exactly, two elements an instruction."""
+    first, second, third, fourth = tl.inline_asm_elementwise(
+        "{ .reg .b16 low, high; .reg .b32 low_pair, high_pair; mov.b32 {low, high}, $4;"
+        " cvt.rn.f16x2.e4m3x2 low_pair, low; cvt.rn.f16x2.e4m3x2 high_pair, high;"
+        " mov.b32 {$0, $1}, low_pair; mov.b32 {$2, $3}, high_pair; }",
+        "=h,=h,=h,=h,r",
+        [words],
+        dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True,
+        pack=1,
+    )
+    quads = tl.join(tl.join(first, second), tl.join(third, fourth))
+    return tl.reshape(quads, [words.shape[0], 4 * words.shape[1]])
 
 
 @triton.jit
@@ -60,6 +84,7 @@ def _paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    STAGED_FP8_VALUES: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)
@@ -80,6 +105,8 @@ def _paged_decode_kernel(
         mask=in_group[:, None],
         other=0.0,
     ).to(DOT_DTYPE)
+    word_dims = tl.arange(0, HEAD_DIM // 4)
+    log2_scale = scale * LOG2_E
     running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
     normaliser = tl.zeros([GROUP_ROWS], tl.float32)
     acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
@@ -88,16 +115,29 @@ def _paged_decode_kernel(
         block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
         inside = start + tokens < split_end
-        offsets = (slots[:, None] * NUM_KV_HEADS + kv_head) * HEAD_DIM + dims[None, :]
+        token_rows = slots[:, None] * NUM_KV_HEADS + kv_head
+        offsets = token_rows * HEAD_DIM + dims[None, :]
         # an fp8 cache's elements convert exactly to the dot's dtype, in registers
         key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
-        scores = tl.dot(query, tl.trans(key)) * scale
+        scores = tl.dot(query, tl.trans(key)) * log2_scale  # in log2 units: exp2 takes them as they are
         scores = tl.where(inside[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
-        weights = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(running_max - new_max)
+        weights = tl.exp2(scores - new_max[:, None])
+        rescale = tl.exp2(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
-        value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+        if STAGED_FP8_VALUES:
+            # A value tile is the dot's right operand with its tokens along the reduction, but a token's
+            # elements are what lie together: converted in the dot's layout, its fp8 elements would be
+            # read from shared memory a byte each (Hopper has no transposing load of bytes). Converted as
+            # loaded, four to a word, they reach the dot as fp16 through a transposing ldmatrix.
+            words = tl.load(
+                v_cache_ptr.to(tl.pointer_type(tl.int32)) + token_rows * (HEAD_DIM // 4) + word_dims[None, :],
+                mask=inside[:, None],
+                other=0,
+            )
+            value = e4m3_words_to_f16(words)
+        else:
+            value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
         running_max = new_max
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
@@ -112,7 +152,7 @@ def _paged_decode_kernel(
         out.to(out_ptr.dtype.element_ty),
         mask=in_group[:, None],
     )
-    lse = tl.where(attended, running_max + tl.log(safe_normaliser), float("-inf"))
+    lse = tl.where(attended, (running_max + tl.log2(safe_normaliser)) * LN_2, float("-inf"))
     lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
     tl.store(lse_ptr + heads, lse, mask=in_group)
 
@@ -161,6 +201,16 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     if cache_dtype == torch.float8_e4m3fn:
         return FP8_DOT_DTYPE
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
+
+
+STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
+
+
+def stage_fp8_values(cache_dtype: torch.dtype) -> bool:
+    """Whether the kernel converts an fp8 cache's value tiles as loaded (`e4m3_words_to_f16`): on the GPU. In
+    Triton's interpreter, which runs no PTX, they convert in the dot's layout, to the same values."""
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    return STAGE_FP8_VALUES and cache_dtype == torch.float8_e4m3fn and not interpreting
 
 
 def paged_decode_attention(
@@ -216,6 +266,7 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
+        STAGED_FP8_VALUES=stage_fp8_values(v_cache.dtype),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),
