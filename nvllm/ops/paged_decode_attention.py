@@ -44,21 +44,34 @@ LN_2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def e4m3_words_to_f16(words):
+def e4m3_words_to_f16(words, IN_PTX: tl.constexpr):
     """`words` (int32 `[rows, n]`, each four float8 e4m3 elements, the lowest byte first) as fp16
-    `[rows, 4 n]`, converted exactly, two elements an instruction."""
-    first, second, third, fourth = tl.inline_asm_elementwise(
-        "{ .reg .b16 low, high; .reg .b32 low_pair, high_pair; mov.b32 {low, high}, $4;"
-        " cvt.rn.f16x2.e4m3x2 low_pair, low; cvt.rn.f16x2.e4m3x2 high_pair, high;"
-        " mov.b32 {$0, $1}, low_pair; mov.b32 {$2, $3}, high_pair; }",
-        "=h,=h,=h,=h,r",
-        [words],
-        dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
-        is_pure=True,
-        pack=1,
-    )
-    quads = tl.join(tl.join(first, second), tl.join(third, fourth))
+    `[rows, 4 n]`, converted exactly: in PTX two elements an instruction, or with Triton's casts (its
+    interpreter runs no PTX)."""
+    if IN_PTX:
+        first, second, third, fourth = tl.inline_asm_elementwise(
+            "{ .reg .b16 low, high; .reg .b32 low_pair, high_pair; mov.b32 {low, high}, $4;"
+            " cvt.rn.f16x2.e4m3x2 low_pair, low; cvt.rn.f16x2.e4m3x2 high_pair, high;"
+            " mov.b32 {$0, $1}, low_pair; mov.b32 {$2, $3}, high_pair; }",
+            "=h,=h,=h,=h,r",
+            [words],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        first = _e4m3_byte_to_f16(words, 0)
+        second = _e4m3_byte_to_f16(words, 8)
+        third = _e4m3_byte_to_f16(words, 16)
+        fourth = _e4m3_byte_to_f16(words, 24)
+    # join adds its pair as a new last axis, so the outer pair is (first or second, third or fourth)
+    quads = tl.join(tl.join(first, third), tl.join(second, fourth))
     return tl.reshape(quads, [words.shape[0], 4 * words.shape[1]])
+
+
+@triton.jit
+def _e4m3_byte_to_f16(words, shift: tl.constexpr):
+    return ((words >> shift) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
 
 
 @triton.jit
@@ -85,6 +98,7 @@ def _paged_decode_kernel(
     NUM_SPLITS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     STAGED_FP8_VALUES: tl.constexpr,
+    IN_PTX: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)
@@ -135,7 +149,7 @@ def _paged_decode_kernel(
                 mask=inside[:, None],
                 other=0,
             )
-            value = e4m3_words_to_f16(words)
+            value = e4m3_words_to_f16(words, IN_PTX)
         else:
             value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
@@ -206,13 +220,6 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 
 
-def stage_fp8_values(cache_dtype: torch.dtype) -> bool:
-    """Whether the kernel converts an fp8 cache's value tiles as loaded (`e4m3_words_to_f16`): on the GPU. In
-    Triton's interpreter, which runs no PTX, they convert in the dot's layout, to the same values."""
-    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-    return STAGE_FP8_VALUES and cache_dtype == torch.float8_e4m3fn and not interpreting
-
-
 def paged_decode_attention(
     query: torch.Tensor,
     k_cache: torch.Tensor,
@@ -266,7 +273,8 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
-        STAGED_FP8_VALUES=stage_fp8_values(v_cache.dtype),
+        STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
+        IN_PTX=os.environ.get("TRITON_INTERPRET") != "1",
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),
