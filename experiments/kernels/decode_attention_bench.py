@@ -9,11 +9,11 @@ loop iteration) too. What decode's kernel (the Triton one), its split rule
 
 With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
 value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
-its best split count and tile, and the default's best launch over splits, tiles (up to 256 tokens), warps
-and pipeline stages: what an fp8 cache's halved bytes buy in decode, and which conversion and launch of its
-elements keep them.
+its best split count and tile, and with `--launches` the default's best launch over splits, tiles (up to 256
+tokens), warps and pipeline stages: what an fp8 cache's halved bytes buy in decode, and which conversion and
+launch of its elements keep them.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8]`"""
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches]]`"""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tup
     return times[best], best
 
 
-def fp8_main(batch_rows: tuple[int, ...]) -> None:
+def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool) -> None:
     torch.manual_seed(0)
     k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn_like(k_cache)
@@ -126,7 +126,8 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
         decode_module.STAGE_FP8_VALUES = True
         by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
         launches = {}
-        for launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)):
+        tried = itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)) if sweep_launches else ()
+        for launch in tried:
             splits, tile, warps, stages = launch
             if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
                 continue
@@ -134,14 +135,19 @@ def fp8_main(batch_rows: tuple[int, ...]) -> None:
                 launches[launch] = time_us(partial(by_fp8, splits, tile, num_warps=warps, num_stages=stages))
             except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
                 continue
-        best_launch = min(launches, key=launches.get)
         mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
+        best_launch = min(launches, key=launches.get) if launches else None
+        swept = (
+            f" | default, best (splits, tile, warps, stages) {best_launch}: "
+            f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)"
+            if launches
+            else ""
+        )
         print(
             f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
             f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, "
             + ", ".join(f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items())
-            + f" | default, best (splits, tile, warps, stages) {best_launch}: "
-            f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)",
+            + swept,
             flush=True,
         )
 
@@ -150,5 +156,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
     parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
+    parser.add_argument("--launches", action="store_true", help="with --fp8: sweep the default's launches")
     args = parser.parse_args()
-    (fp8_main if args.fp8 else main)(tuple(int(rows) for rows in args.rows.split(",")))
+    batch_rows = tuple(int(rows) for rows in args.rows.split(","))
+    if args.fp8:
+        fp8_main(batch_rows, args.launches)
+    else:
+        main(batch_rows)
