@@ -1,0 +1,149 @@
+"""The decode attention kernel's machine code for Hopper (sm_90), compiled here with no GPU: per cache dtype
+(bf16, fp8) and tile, the instructions of its main loop by kind, its registers a thread and its shared
+memory, from Triton's own ptxas and nvdisasm. What a loop iteration costs in instructions against the bytes
+it reads: the decode kernel over an fp8 cache reads half the bytes of a bf16 one a token, so it is bound by
+the bytes only while its loop costs no more than half the instructions a token.
+
+`python -m experiments.kernels.decode_attention_sass [--tiles 64,128] [--group 2] [--top 16] [--keep DIR]`
+(needs a Triton with its NVIDIA backend, as pip installs it; no GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from nvllm.ops import paged_decode_attention as decode_module
+
+HOPPER = GPUTarget("cuda", 90, 32)
+KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
+ALIGNED = (  # arguments a launch on real tensors finds 16-byte aligned (or divisible by 16), as Triton does
+    "query_ptr k_cache_ptr v_cache_ptr block_tables_ptr seqlens_ptr out_ptr lse_ptr query_row_stride "
+    "query_head_stride out_row_stride out_head_stride block_table_stride"
+).split()
+SASS_LINE = re.compile(r"\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
+LABEL = re.compile(r"\.(L_x_\d+):")
+BRANCH = re.compile(r"BRA `?\(?\.?(L_x_\d+)")
+
+
+def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_stages: int = 2):
+    """The kernel compiled for sm_90 over a cache of `cache` ("bf16" or "fp8"), one split, PDL on."""
+    fp8 = cache == "fp8"
+    signature = {
+        "query_ptr": "*bf16",
+        "k_cache_ptr": "*fp8e4nv" if fp8 else "*bf16",
+        "v_cache_ptr": "*fp8e4nv" if fp8 else "*bf16",
+        "block_tables_ptr": "*i32",
+        "seqlens_ptr": "*i32",
+        "out_ptr": "*bf16",
+        "lse_ptr": "*fp32",
+        "query_row_stride": "i32",
+        "query_head_stride": "i32",
+        "out_row_stride": "i32",
+        "out_head_stride": "i32",
+        "block_table_stride": "i32",
+        "scale": "fp32",
+    }
+    constants = {
+        "BLOCK_SIZE": BLOCK,
+        "NUM_KV_HEADS": KV_HEADS,
+        "GROUP": group,
+        "GROUP_ROWS": max(decode_module.MIN_QUERY_ROWS, triton.next_power_of_2(group)),
+        "HEAD_DIM": HEAD_DIM,
+        "BLOCK_N": tile,
+        "NUM_SPLITS": 1,
+        "DOT_DTYPE": tl.float16 if fp8 else tl.bfloat16,
+        "STAGED_FP8": fp8 and decode_module.STAGE_FP8_TILES,
+        "IN_PTX": True,
+        "PDL": True,
+    }
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    names = list(signature)
+    source = ASTSource(
+        fn=decode_module._paged_decode_kernel,
+        signature=signature,
+        constexprs={(names.index(name),): value for name, value in constants.items()},
+        attrs={(names.index(name),): [["tt.divisibility", 16]] for name in ALIGNED},
+    )
+    return triton.compile(source, target=HOPPER, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def nvidia_tool(name: str) -> str:
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def disassemble(cubin: bytes, directory: Path) -> tuple[str, str]:
+    """The cubin's SASS and its resource usage (registers, shared memory), by Triton's own tools."""
+    path = directory / "kernel.cubin"
+    path.write_bytes(cubin)
+    sass = subprocess.run(
+        [nvidia_tool("nvdisasm"), "-c", str(path)], capture_output=True, text=True, check=True
+    )
+    usage = subprocess.run(
+        [nvidia_tool("cuobjdump"), "--dump-resource-usage", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return sass.stdout, usage.stdout
+
+
+def main_loop_instructions(sass: str) -> collections.Counter:
+    """The instructions between the longest backward branch and its target (the KV loop), by opcode."""
+    lines = sass.splitlines()
+    labels = {match.group(1): i for i, line in enumerate(lines) if (match := LABEL.match(line.strip()))}
+    loop = None
+    for i, line in enumerate(lines):
+        match = BRANCH.search(line)
+        if match and labels.get(match.group(1), i) < i:
+            start = labels[match.group(1)]
+            if loop is None or i - start > loop[1] - loop[0]:
+                loop = (start, i)
+    if loop is None:
+        return collections.Counter()
+    return collections.Counter(
+        match.group(1) for line in lines[loop[0] : loop[1] + 1] if (match := SASS_LINE.match(line))
+    )
+
+
+def main(tiles: tuple[int, ...], group: int, top: int, keep: Path | None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        for tile in tiles:
+            for cache in ("bf16", "fp8"):
+                kernel = compile_kernel(cache, group, tile)
+                directory = keep / f"{cache}-group{group}-tile{tile}" if keep else Path(scratch)
+                directory.mkdir(parents=True, exist_ok=True)
+                sass, usage = disassemble(kernel.asm["cubin"], directory)
+                if keep:
+                    (directory / "kernel.sass").write_text(sass)
+                    (directory / "kernel.ttgir").write_text(kernel.asm["ttgir"])
+                loop = main_loop_instructions(sass)
+                registers = re.search(r"REG:(\d+)", usage)
+                tile_bytes = 2 * tile * HEAD_DIM * (1 if cache == "fp8" else 2)  # K and V, one KV head
+                total = sum(loop.values())
+                print(
+                    f"{cache} cache, group {group}, tile {tile}: loop {total} instructions a warp for "
+                    f"{tile_bytes // 1024} KiB ({total / tile:.2f} a token), "
+                    f"{registers.group(1) if registers else '?'} registers, "
+                    f"{kernel.metadata.shared} B shared | "
+                    + ", ".join(f"{op} {count}" for op, count in loop.most_common(top)),
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiles", default="64,128", help="KV tokens a loop iteration, comma-separated")
+    parser.add_argument("--group", type=int, default=2, help="query heads a KV head (0.6B: 2, 8B: 4)")
+    parser.add_argument("--top", type=int, default=16, help="opcodes listed a kernel")
+    parser.add_argument("--keep", type=Path, help="write each kernel's SASS and TTGIR under this directory")
+    args = parser.parse_args()
+    main(tuple(int(tile) for tile in args.tiles.split(",")), args.group, args.top, args.keep)
