@@ -4,7 +4,8 @@ memory, from Triton's own ptxas and nvdisasm. What a loop iteration costs in ins
 it reads: the decode kernel over an fp8 cache reads half the bytes of a bf16 one a token, so it is bound by
 the bytes only while its loop costs no more than half the instructions a token.
 
-`python -m experiments.kernels.decode_attention_sass [--tiles 64,128] [--group 2] [--top 16] [--keep DIR]`
+`python -m experiments.kernels.decode_attention_sass [--tiles 64,128] [--group 2] [--top 16] [--keep DIR]
+[--fp8-in-dot-layout]`
 (needs a Triton with its NVIDIA backend, as pip installs it; no GPU)."""
 
 from __future__ import annotations
@@ -145,5 +146,9 @@ if __name__ == "__main__":
     parser.add_argument("--group", type=int, default=2, help="query heads a KV head (0.6B: 2, 8B: 4)")
     parser.add_argument("--top", type=int, default=16, help="opcodes listed a kernel")
     parser.add_argument("--keep", type=Path, help="write each kernel's SASS and TTGIR under this directory")
+    parser.add_argument(
+        "--fp8-in-dot-layout", action="store_true", help="an fp8 cache's tiles converted in the dots' layouts"
+    )
     args = parser.parse_args()
+    decode_module.STAGE_FP8_TILES = not args.fp8_in_dot_layout
     main(tuple(int(tile) for tile in args.tiles.split(",")), args.group, args.top, args.keep)
