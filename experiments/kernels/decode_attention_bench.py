@@ -8,7 +8,7 @@ loop iteration) too. What decode's kernel (the Triton one), its split rule
 (`FlashAttnBackend.decode_kv_splits`) and its tile rule (`paged_decode_attention.tile_tokens`) are chosen by.
 
 With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
-tiles converted as loaded and in the dots' layouts (`paged_decode_attention.STAGE_FP8_TILES`), each in
+value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
 its best split count and tile, and with `--launches` the default's best launch over splits, tiles (up to 256
 tokens), warps and pipeline stages: what an fp8 cache's halved bytes buy in decode, and which conversion and
 launch of its elements keep them.
@@ -120,10 +120,10 @@ def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool) -> None:
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
         bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
         fp8 = {}
-        for name, staged in (("tiles converted as loaded", True), ("in the dot's layout", False)):
-            decode_module.STAGE_FP8_TILES = staged
+        for name, staged in (("values converted as loaded", True), ("in the dot's layout", False)):
+            decode_module.STAGE_FP8_VALUES = staged
             fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
-        decode_module.STAGE_FP8_TILES = True
+        decode_module.STAGE_FP8_VALUES = True
         by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
         launches = {}
         tried = itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)) if sweep_launches else ()

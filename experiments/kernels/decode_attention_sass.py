@@ -1,8 +1,9 @@
 """The decode attention kernel's machine code for Hopper (sm_90), compiled here with no GPU: per cache dtype
 (bf16, fp8) and tile, the instructions of its main loop by kind, its registers a thread and its shared
-memory, from Triton's own ptxas and nvdisasm. What a loop iteration costs in instructions against the bytes
-it reads: the decode kernel over an fp8 cache reads half the bytes of a bf16 one a token, so it is bound by
-the bytes only while its loop costs no more than half the instructions a token.
+memory, from Triton's own ptxas and nvdisasm: what a loop iteration costs in instructions against the bytes
+it reads (over an fp8 cache half the bytes of a bf16 one a token). Instructions are not time: a loop with
+fewer of them can still be slower (experiments/results/2026-12-03-h200-fp8-decode-tiles.md), so this says
+where to look, and the GPU (`decode_attention_bench --fp8`) says what pays.
 
 `python -m experiments.kernels.decode_attention_sass [--tiles 64,128] [--group 2] [--top 16] [--keep DIR]
 [--fp8-in-dot-layout]`
@@ -62,7 +63,7 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "BLOCK_N": tile,
         "NUM_SPLITS": 1,
         "DOT_DTYPE": tl.float16 if fp8 else tl.bfloat16,
-        "STAGED_FP8": fp8 and decode_module.STAGE_FP8_TILES,
+        "STAGED_FP8_VALUES": fp8 and decode_module.STAGE_FP8_VALUES,
         "IN_PTX": True,
         "PDL": True,
     }
@@ -147,8 +148,8 @@ if __name__ == "__main__":
     parser.add_argument("--top", type=int, default=16, help="opcodes listed a kernel")
     parser.add_argument("--keep", type=Path, help="write each kernel's SASS and TTGIR under this directory")
     parser.add_argument(
-        "--fp8-in-dot-layout", action="store_true", help="an fp8 cache's tiles converted in the dots' layouts"
+        "--fp8-in-dot-layout", action="store_true", help="fp8 value tiles converted in the dot's layout"
     )
     args = parser.parse_args()
-    decode_module.STAGE_FP8_TILES = not args.fp8_in_dot_layout
+    decode_module.STAGE_FP8_VALUES = not args.fp8_in_dot_layout
     main(tuple(int(tile) for tile in args.tiles.split(",")), args.group, args.top, args.keep)

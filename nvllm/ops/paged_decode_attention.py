@@ -66,16 +66,7 @@ def e4m3_words_to_f16(words, IN_PTX: tl.constexpr):
         fourth = _e4m3_byte_to_f16(words, 24)
     # join adds its pair as a new last axis, so the outer pair is (first or second, third or fourth)
     quads = tl.join(tl.join(first, third), tl.join(second, fourth))
-    halves = tl.reshape(quads, [words.shape[0], 4 * words.shape[1]])
-    if IN_PTX:
-        # Triton lays out a dot's fp16 operand by the narrowest load behind it, through elementwise ops and
-        # joins: from these words it would hold four elements a thread where the fp16 MMA takes two, and
-        # move registers before every MMA. An identity it cannot see through (it has effects) ends that
-        # walk, so the tile is laid out as any fp16 operand is.
-        halves = tl.inline_asm_elementwise(
-            "mov.b32 $0, $1;", "=r,r", [halves], dtype=tl.float16, is_pure=False, pack=2
-        )
-    return halves
+    return tl.reshape(quads, [words.shape[0], 4 * words.shape[1]])
 
 
 @triton.jit
@@ -106,7 +97,7 @@ def _paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     NUM_SPLITS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
-    STAGED_FP8: tl.constexpr,
+    STAGED_FP8_VALUES: tl.constexpr,
     IN_PTX: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -128,11 +119,6 @@ def _paged_decode_kernel(
         mask=in_group[:, None],
         other=0.0,
     ).to(DOT_DTYPE)
-    # An fp8 cache's tiles are read as words of four elements and converted as loaded; converted in the
-    # dots' layouts instead, a value tile (its tokens along the reduction) would be read from shared memory
-    # a byte at a time, as Hopper has no transposing load of bytes.
-    k_words = k_cache_ptr.to(tl.pointer_type(tl.int32))
-    v_words = v_cache_ptr.to(tl.pointer_type(tl.int32))
     word_dims = tl.arange(0, HEAD_DIM // 4)
     log2_scale = scale * LOG2_E
     running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
@@ -145,19 +131,25 @@ def _paged_decode_kernel(
         inside = start + tokens < split_end
         token_rows = slots[:, None] * NUM_KV_HEADS + kv_head
         offsets = token_rows * HEAD_DIM + dims[None, :]
-        word_offsets = token_rows * (HEAD_DIM // 4) + word_dims[None, :]
-        if STAGED_FP8:
-            key = e4m3_words_to_f16(tl.load(k_words + word_offsets, mask=inside[:, None], other=0), IN_PTX)
-        else:
-            key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+        # an fp8 cache's elements convert exactly to the dot's dtype, in registers
+        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         scores = tl.dot(query, tl.trans(key)) * log2_scale  # in log2 units: exp2 takes them as they are
         scores = tl.where(inside[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         weights = tl.exp2(scores - new_max[:, None])
         rescale = tl.exp2(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
-        if STAGED_FP8:
-            value = e4m3_words_to_f16(tl.load(v_words + word_offsets, mask=inside[:, None], other=0), IN_PTX)
+        if STAGED_FP8_VALUES:
+            # A value tile is the dot's right operand with its tokens along the reduction, but a token's
+            # elements are what lie together: converted in the dot's layout, its fp8 elements would be
+            # read from shared memory a byte each (Hopper has no transposing load of bytes). Converted as
+            # loaded, four to a word, they reach the dot as fp16 through a transposing ldmatrix.
+            words = tl.load(
+                v_cache_ptr.to(tl.pointer_type(tl.int32)) + token_rows * (HEAD_DIM // 4) + word_dims[None, :],
+                mask=inside[:, None],
+                other=0,
+            )
+            value = e4m3_words_to_f16(words, IN_PTX)
         else:
             value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
@@ -225,7 +217,7 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
-STAGE_FP8_TILES = True  # False: convert an fp8 cache's tiles in the dots' layouts (the bench's comparison)
+STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 
 
 def paged_decode_attention(
@@ -281,7 +273,7 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
-        STAGED_FP8=STAGE_FP8_TILES and k_cache.dtype == torch.float8_e4m3fn,
+        STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=os.environ.get("TRITON_INTERPRET") != "1",
         num_warps=num_warps,
         num_stages=num_stages,
