@@ -64,7 +64,8 @@ def e4m3_words_to_f16(words, IN_PTX: tl.constexpr):
         second = _e4m3_byte_to_f16(words, 8)
         third = _e4m3_byte_to_f16(words, 16)
         fourth = _e4m3_byte_to_f16(words, 24)
-    # join adds its pair as a new last axis, so the outer pair is (first or second, third or fourth)
+    # join stacks its pair on a new last axis, which must therefore pair neighbours: first with second, third
+    # with fourth; the inner joins' axis before it then orders the two pairs
     quads = tl.join(tl.join(first, third), tl.join(second, fourth))
     return tl.reshape(quads, [words.shape[0], 4 * words.shape[1]])
 
