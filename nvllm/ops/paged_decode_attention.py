@@ -218,6 +218,8 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
+# Triton's interpreter (the CPU tests) runs no PTX; like Triton, read its setting once, at import
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 
 
@@ -275,7 +277,7 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
-        IN_PTX=os.environ.get("TRITON_INTERPRET") != "1",
+        IN_PTX=not INTERPRETED,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),
