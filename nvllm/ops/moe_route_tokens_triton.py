@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.moe_topk_triton import route_block, store_routing
+from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 
 # A program's tile of logits: many programs for the SMs at a decode batch of 256 rows (16 of a 128-expert
 # router), each tile held in registers at 4 warps.
@@ -40,7 +41,9 @@ def _route_tokens_kernel(
     BLOCK_T: tl.constexpr,
     RENORMALIZE: tl.constexpr,
     HAS_PADDING: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    overlap_prior_kernel(PDL)
     first_token = tl.program_id(0) * BLOCK_T
     topk_weights, topk_ids = route_block(
         logits_ptr,
@@ -92,5 +95,6 @@ def route_tokens(
         RENORMALIZE=renormalize,
         HAS_PADDING=padding is not None,
         num_warps=4 if block_tokens * experts_pow2 <= 2048 else 8,
+        **pdl_launch(device),
     )
     return weights, ids

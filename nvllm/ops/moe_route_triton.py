@@ -25,6 +25,7 @@ from nvllm.ops.moe_triton import (
     pad_runs_and_tile_experts,
     row_tile,
 )
+from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 
 # 64 tokens of a 128-expert router (Qwen3-MoE's): a decode batch. The tile is held a few times over (logits,
 # probabilities, the candidates left), which at 8 warps is about a hundred registers a thread; larger
@@ -59,7 +60,9 @@ def _route_and_align_kernel(
     RENORMALIZE: tl.constexpr,
     HAS_PADDING: tl.constexpr,
     CHUNK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    overlap_prior_kernel(PDL)
     expert = tl.program_id(0)
     tokens = tl.arange(0, TOKENS_POW2)
     experts = tl.arange(0, EXPERTS_POW2)
@@ -145,6 +148,7 @@ def route_and_align(
         HAS_PADDING=padding is not None,
         CHUNK=1024,
         num_warps=4 if tokens_pow2 * experts_pow2 <= 2048 else 8,
+        **pdl_launch(device),
     )
     return weights, ids, sorted_pairs, tile_expert
 

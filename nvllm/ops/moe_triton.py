@@ -7,7 +7,11 @@ and are masked. Then:
 - gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
   in the epilogue, written at each pair's row of an `[pairs, I]` intermediate;
 - down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
-  epilogue, in fp32 at each pair's row; the k pairs of a token are then summed (no atomics, a fixed order).
+  epilogue, in fp32 at each pair's row;
+- the k pairs of a token summed in a fixed order (no atomics: the same inputs give the same bits) and
+  rounded once, by a kernel of its own (`sum_pairs`).
+All four kernels are launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
+after the layer's experts are: every one of them reads what the kernel before it wrote, so each waits first.
 The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
 prefill gives them many. The rest of each matmul's launch shape (columns and reduction slice per program,
 warps, pipeline depth) comes from `TILE_CONFIGS` by the same mean, finer banded
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 
 def row_tile(num_pairs: int, num_experts: int) -> int:
@@ -76,10 +82,12 @@ def _align_kernel(
     EXPERTS_POW2: tl.constexpr,
     BLOCK_M: tl.constexpr,
     CHUNK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program per expert: every program counts all experts' pairs (so each knows where its run
     starts without a second launch), then writes its own pairs in order, its padding and its tiles' expert;
     the last one also fills the slots and tiles past every run."""
+    overlap_prior_kernel(PDL)
     expert = tl.program_id(0)
     experts = tl.arange(0, EXPERTS_POW2)
     counts = tl.zeros((EXPERTS_POW2,), tl.int32)
@@ -171,6 +179,7 @@ def align_by_expert(
         BLOCK_M=block_m,
         CHUNK=1024,
         num_warps=4,
+        **pdl_launch(topk_ids.device),
     )
     return sorted_pairs, tile_expert
 
@@ -197,7 +206,9 @@ def _grouped_matmul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_prior_kernel(PDL)  # the tiles' experts and the input rows are the kernels' before
     tile = tl.program_id(0)
     expert = tl.load(tile_expert_ptr + tile)
     if expert >= num_experts:
@@ -220,6 +231,7 @@ def _grouped_matmul_kernel(
         if GATED:
             w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
             acc_up = tl.dot(a, w_up, acc_up)
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     if GATED:
         acc = acc * tl.sigmoid(acc) * acc_up
     if WEIGHTED:
@@ -269,7 +281,42 @@ def grouped_matmul(
         BLOCK_K=config.block_k,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        **pdl_launch(a.device),
     )
+
+
+SUM_BLOCK = 1024  # columns per program of `sum_pairs`
+
+
+@triton.jit
+def _sum_pairs_kernel(pairs_ptr, out_ptr, width, TOP_K: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    overlap_prior_kernel(PDL)
+    token = tl.program_id(0).to(tl.int64)
+    columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = columns < width
+    total = tl.zeros((BLOCK,), tl.float32)
+    for choice in tl.static_range(TOP_K):
+        row = token * TOP_K + choice
+        total += tl.load(pairs_ptr + row * width + columns, mask=inside, other=0.0)
+    tl.store(out_ptr + token * width + columns, total.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def sum_pairs(pair_outputs: torch.Tensor, top_k: int, dtype: torch.dtype) -> torch.Tensor:
+    """Each token's `top_k` consecutive rows of the contiguous fp32 `pair_outputs` `[T * top_k, H]`
+    summed in order (choice 0 first) and rounded once to `dtype`: `[T, H]`."""
+    num_pairs, width = pair_outputs.shape
+    out = torch.empty((num_pairs // top_k, width), dtype=dtype, device=pair_outputs.device)
+    if num_pairs:
+        _sum_pairs_kernel[(num_pairs // top_k, triton.cdiv(width, SUM_BLOCK))](
+            pair_outputs,
+            out,
+            width,
+            TOP_K=top_k,
+            BLOCK=SUM_BLOCK,
+            num_warps=4,
+            **pdl_launch(pair_outputs.device),
+        )
+    return out
 
 
 def grouped_experts(
@@ -316,4 +363,4 @@ def aligned_experts(
     grouped_matmul(
         activated, down, weighted, *tiles, divisor=1, gated=False, weighted=True, config=down_config
     )
-    return weighted.view(num_tokens, top_k, -1).sum(1).to(x.dtype)
+    return sum_pairs(weighted, top_k, x.dtype)

@@ -58,3 +58,24 @@ def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
         assert matmul_config(pairs, 128, gated=True) == GroupedMatmulConfig(16, 64, 4, band + 2), pairs
         assert matmul_config(pairs, 128, gated=False) == GroupedMatmulConfig(32, 128, 8, band + 7), pairs
     assert matmul_config(3, 4, gated=True).num_stages == 3  # 0.75 an expert: the second band
+
+
+def test_sum_pairs_adds_each_tokens_choices_in_order():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.moe_triton import sum_pairs
+generator = torch.Generator().manual_seed(0)
+# a width past one program's columns (two programs a token, the second masked), 3 tokens of 8 choices
+tokens, top_k, width = 3, 8, 1500
+pairs = torch.randn(tokens * top_k, width, generator=generator) * torch.logspace(-3, 3, width)
+by_token = pairs.view(tokens, top_k, width)
+in_order = by_token[:, 0].clone()
+for choice in range(1, top_k):
+    in_order += by_token[:, choice]
+assert torch.equal(sum_pairs(pairs, top_k, torch.float32), in_order)
+# rounded once to bf16 (the interpreter's cast truncates where the GPU's rounds: one bf16 step at most)
+torch.testing.assert_close(sum_pairs(pairs, top_k, torch.bfloat16).float(), in_order, atol=0, rtol=2**-7)
+assert sum_pairs(pairs[:0], top_k, torch.bfloat16).shape == (0, width)
+"""
+    )
