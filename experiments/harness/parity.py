@@ -43,3 +43,26 @@ def fp32_gap(fp32_logits: torch.Tensor, token: int, other: int) -> float:
 def is_near_tie(fp32_logits: torch.Tensor, token: int, other: int, noise: float) -> bool:
     """Whether choosing `token` or `other` at this position is within the rounding `noise`."""
     return fp32_gap(fp32_logits, token, other) <= noise
+
+
+def nudged_embeddings(model: torch.nn.Module, seed: int) -> torch.utils.hooks.RemovableHandle:
+    """A forward hook on a transformers model's input embeddings that moves each element of their output by
+    at most one bf16 rounding step (times 1 + u, u uniform in ±2⁻⁸, seeded); seed 0 leaves it as it is. Runs
+    under it are further samples of how bf16 rounding moves the logits (`sampled_margin_noise`)."""
+    if seed == 0:
+        return model.get_input_embeddings().register_forward_hook(lambda _module, _args, out: out)
+    generator = torch.Generator(model.device).manual_seed(seed)
+
+    def hook(_module, _args, out):
+        u = torch.rand(out.shape, generator=generator, device=out.device) * 2 - 1
+        return (out.float() * (1 + u * 2**-8)).to(out.dtype)
+
+    return model.get_input_embeddings().register_forward_hook(hook)
+
+
+def sampled_margin_noise(samples: list[torch.Tensor], fp32: torch.Tensor) -> float:
+    """The median of `margin_noise` over lower-precision `samples` of one position's logits. One sample is
+    one draw of how rounding moves a margin: where a mixture-of-experts router is near a tie, a draw that
+    keeps the router's choice moves it far less than one that flips it, and the engine's own run is
+    another draw. The median is the typical shift there, not the largest."""
+    return torch.tensor([margin_noise(sample, fp32) for sample in samples]).median().item()

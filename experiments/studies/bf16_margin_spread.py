@@ -1,10 +1,9 @@
 """How far bf16 rounding can move a token's margin at the positions where the engine's greedy path parts from
-transformers' fp32 best token: the GPU parity check (tests/helpers/gpu_parity.py) judges a parting by one
-sample of that shift, transformers' own bf16 run; this study draws more. Each sample is transformers in bf16
-on the same path with the embedding's output moved by at most one bf16 rounding step (every element times
-1 + u, u uniform in ±2⁻⁸, seeded): inputs no bf16 computation can tell from the real ones. A position whose
-samples spread past the engine's fp32 gap is one where bf16 alone parts paths; one whose samples all stay
-below it points at the engine.
+transformers' fp32 best token, drawn many times: transformers in bf16 on the same path, unmoved and with the
+embedding's output moved by at most one bf16 rounding step (`experiments.harness.parity.nudged_embeddings`):
+inputs no bf16 computation can tell from the real ones. A position whose samples spread past the engine's
+fp32 gap is one where bf16 alone parts paths; one whose samples all stay below it points at the engine. The
+GPU parity check (tests/helpers/gpu_parity.py) judges a parting by these samples' median.
 
     python -m experiments.studies.bf16_margin_spread CHECKPOINT [--samples 16] [--max-tokens 24]
         [--prompt-lens 7,60,300] [--device cuda]
@@ -17,22 +16,8 @@ import random
 
 import torch
 
-from experiments.harness.parity import fp32_gap, margin_noise
+from experiments.harness.parity import fp32_gap, margin_noise, nudged_embeddings
 from nvllm import LLM, SamplingParams
-
-
-def nudged_embeddings(model: torch.nn.Module, seed: int):
-    """A forward hook on the model's input embeddings that moves each output element by at most one bf16
-    rounding step (relative 2⁻⁸), seeded; seed 0 leaves them as they are."""
-    generator = torch.Generator(model.device).manual_seed(seed)
-
-    def hook(_module, _args, out):
-        if seed == 0:
-            return out
-        u = torch.rand(out.shape, generator=generator, device=out.device) * 2 - 1
-        return (out.float() * (1 + u * 2**-8)).to(out.dtype)
-
-    return model.get_input_embeddings().register_forward_hook(hook)
 
 
 def main() -> None:
