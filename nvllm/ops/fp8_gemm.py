@@ -1,0 +1,135 @@
+"""`(x_q * x_scale) @ (q * scale)ᵀ` on the fp8 tensor cores as one Triton kernel: what `torch._scaled_mm`
+computes for `nvllm.ops.fp8.scaled_mm_of_quantized`, for the decode batches between the skinny kernel's 16
+rows and `MAX_ROWS`.
+
+cuBLAS runs these with 128 x 128 output tiles whatever the batch, so that a 4096-wide projection of a
+256-row batch is 64 tiles, and of a 128-row one 32, on a GPU of 132 SMs: most of them idle while the weight
+is read. Here the tile follows the batch: 64 rows of output a program up to 64 rows of batch, else 128, and
+the narrowest strip of columns (128, 64 or 32) that still leaves a program for nearly every SM
+(`gemm_config`). The programs that share a strip of the weight run next to each other (the row tiles
+vary fastest), so that the strip is read from memory once and from the L2 after.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
+
+MAX_ROWS = 256
+# Off: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's A/B switch).
+ENABLED = True
+
+
+class GemmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+@functools.cache
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def gemm_config(m: int, n: int, num_sms: int) -> GemmConfig:
+    """The launch shape for an `m`-row batch against an `n`-row weight on a GPU of `num_sms` SMs."""
+    block_m = 64 if m <= 64 else 128
+    row_tiles = triton.cdiv(m, block_m)
+    block_n = next((width for width in (128, 64) if row_tiles * triton.cdiv(n, width) >= 0.9 * num_sms), 32)
+    return GemmConfig(block_m, block_n, 128, 4 if block_m == 64 else 8, 4)
+
+
+@triton.jit
+def _fp8_gemm_kernel(
+    a_ptr,  # [M, K] fp8
+    b_ptr,  # [N, K] fp8
+    c_ptr,  # [M, N]
+    a_scale_ptr,  # [M] fp32
+    b_scale_ptr,  # [N] fp32
+    M,
+    N,
+    K,
+    stride_am,
+    stride_bn,
+    stride_cm,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    # the row tiles of one column strip are consecutive programs: the strip is read from memory once
+    row_tiles = tl.cdiv(M, BLOCK_M)
+    tile_m = tl.program_id(0) % row_tiles
+    tile_n = tl.program_id(0) // row_tiles
+    rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    columns = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    wait_for_prior_kernel(PDL)  # the activations and their scales are the kernel's before
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        a = tl.load(
+            a_ptr + rows[:, None] * stride_am + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K), 0.0
+        )
+        b = tl.load(
+            b_ptr + columns[:, None] * stride_bn + ks[None, :],
+            (columns[:, None] < N) & (ks[None, :] < K),
+            0.0,
+        )
+        acc = tl.dot(a, tl.trans(b), acc)
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    acc *= tl.load(a_scale_ptr + rows, rows < M, 0.0)[:, None]
+    acc *= tl.load(b_scale_ptr + columns, columns < N, 0.0)[None, :]
+    out = c_ptr + rows[:, None] * stride_cm + columns[None, :]
+    tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[:, None] < M) & (columns[None, :] < N))
+
+
+def fp8_gemm(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    out_dtype: torch.dtype,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """`(x_q * x_scale[:, None]) @ (q * scale[:, None])ᵀ` in `out_dtype`: `x_q` `[M, K]` and `q` `[N, K]` in
+    float8 e4m3 with contiguous rows, their scales fp32 (a row each); accumulated in fp32, scaled, rounded
+    once. `config`: the launch shape, else `gemm_config`'s."""
+    m, k = x_q.shape
+    n = q.shape[0]
+    assert q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
+    assert x_scale.shape == (m,) and scale.shape == (n,)
+    out = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
+    if m == 0:
+        return out
+    if config is None:
+        num_sms = _num_sms(x_q.device.index or 0) if x_q.is_cuda else 132
+        config = gemm_config(m, n, num_sms)
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    _fp8_gemm_kernel[grid](
+        x_q,
+        q,
+        out,
+        x_scale.contiguous(),
+        scale.contiguous(),
+        m,
+        n,
+        k,
+        x_q.stride(0),
+        q.stride(0),
+        out.stride(0),
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        **pdl_launch(x_q.device),
+    )
+    return out
