@@ -39,14 +39,14 @@ def main() -> None:
         megabytes = n * k / 1e6
         for m in rows:
             x_q, x_scale = quantize_rows(torch.randn(m, k, device="cuda"))
-            cublas = time_us(
-                partial(torch._scaled_mm, x_q, q.t(), x_scale[:, None], scale[None, :], out_dtype=torch.bfloat16)
-            )
+            scales = {"scale_a": x_scale[:, None], "scale_b": scale[None, :]}
+            cublas = time_us(partial(torch._scaled_mm, x_q, q.t(), **scales, out_dtype=torch.bfloat16))
             picked = gemm_config(m, n, num_sms)
             run = partial(fp8_gemm, x_q, x_scale, q, scale, torch.bfloat16)
             ours = time_us(partial(run, config=picked))
             line = (
-                f"{n}x{k} ({megabytes:.1f} MB) M={m}: scaled_mm {cublas:.1f}us ({megabytes / cublas:.2f} TB/s) "
+                f"{n}x{k} ({megabytes:.1f} MB) M={m}: "
+                f"scaled_mm {cublas:.1f}us ({megabytes / cublas:.2f} TB/s) "
                 f"| picked {tuple(picked)} {ours:.1f}us ({megabytes / ours:.2f} TB/s)"
             )
             if not arguments.no_grid:

@@ -10,8 +10,8 @@ reads the weight in fp8 and scales its result.
 - **A batch of at most 16 rows on CUDA (decode)** runs the skinny Triton kernel. It converts the fp8 weight
   to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.
 - **A larger batch on CUDA** quantizes the activations too, a scale per token (`quantize_tokens`), and runs
-  on the fp8 tensor cores: up to 256 rows (decode) nvllm's Triton kernel (`nvllm.ops.fp8_gemm`), above
-  that `torch._scaled_mm`. In a compiled graph the quantization is traced code ahead of
+  on the fp8 tensor cores: `torch._scaled_mm`, or up to 256 rows (decode) nvllm's Triton kernel
+  (`nvllm.ops.fp8_gemm`, off by default). In a compiled graph the quantization is traced code ahead of
   the matmul op, which inductor fuses into the kernel that produced the activations.
 - **On the CPU** the weight is converted and the scale applied after the matmul, as the small-batch kernel
   does.
@@ -56,8 +56,8 @@ def scaled_mm_of_quantized(
     x_q: torch.Tensor, x_scale: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """`(x_q * x_scale) @ (q * scale)ᵀ` `[tokens, out]` on the fp8 tensor cores, for `quantize_tokens`'s
-    `(x_q, x_scale)`: a decode batch (at most `nvllm.ops.fp8_gemm.MAX_ROWS` rows) by nvllm's Triton kernel,
-    whose tiles follow the batch, a larger one by `torch._scaled_mm`."""
+    `(x_q, x_scale)`: by `torch._scaled_mm`, or with `nvllm.ops.fp8_gemm.ENABLED` a decode batch (at most
+    `MAX_ROWS` rows) by nvllm's Triton kernel, whose tiles follow the batch."""
     from nvllm.ops import fp8_gemm
 
     if x_q.is_cuda and fp8_gemm.ENABLED and x_q.shape[0] <= fp8_gemm.MAX_ROWS:

@@ -2,12 +2,13 @@
 computes for `nvllm.ops.fp8.scaled_mm_of_quantized`, for the decode batches between the skinny kernel's 16
 rows and `MAX_ROWS`.
 
-cuBLAS runs these with 128 x 128 output tiles whatever the batch, so that a 4096-wide projection of a
-256-row batch is 64 tiles, and of a 128-row one 32, on a GPU of 132 SMs: most of them idle while the weight
-is read. Here the tile follows the batch: 64 rows of output a program up to 64 rows of batch, else 128, and
-the narrowest strip of columns (128, 64 or 32) that still leaves a program for nearly every SM
-(`gemm_config`). The programs that share a strip of the weight run next to each other (the row tiles
-vary fastest), so that the strip is read from memory once and from the L2 after.
+cuBLAS ran the 8B's projections at a full decode batch with 128 x 128 output tiles
+(experiments/results/2026-12-03-h200-8b-fp8-weights.md), so that a 4096-wide projection of a 256-row batch is
+64 tiles, and of a 128-row one 32, on a GPU of 132 SMs: most of them idle while the weight is read. Here the
+tile follows the batch: 64 rows of output a program up to 64 rows of batch, else 128, and the widest strip of
+columns (128, 64 or 32) that still leaves a program for nearly every SM (`gemm_config`). The programs that
+share a strip of the weight run next to each other (the row tiles vary fastest), so that the strip is read
+from memory once and from the L2 after.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 MAX_ROWS = 256
-# Off: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's A/B switch).
-ENABLED = True
+# Off by default, so that every batch above the skinny kernel's runs `torch._scaled_mm`: on the 8B bench
+# the kernel was level with it (one call, within the bench's spread), and the GPU run that measured it
+# also failed the fp8 engine test, not yet run again with the kernel off to tell whether it is the cause
+# (experiments/results/2026-12-03-h200-8b-fp8-weights.md).
+ENABLED = False
 
 
 class GemmConfig(NamedTuple):

@@ -112,10 +112,11 @@ def test_unknown_quantization_is_an_error_that_names_it():
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
 def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated, compiled):
-    """Up to 16 rows: the skinny kernel, whose only rounding is the weight's and the output's. More: nvllm's
-    fp8 Triton GEMM up to 256 rows, `torch._scaled_mm` above, which round the activations to e4m3 too (3
-    mantissa bits), an error of about 2^-4 / sqrt(3) of each product, averaged over the dot product.
-    `nvllm::scaled_mm` called directly, and compiled, where inductor's fused quantization feeds it."""
+    """Up to 16 rows: the skinny kernel, whose only rounding is the weight's and the output's. More:
+    `torch._scaled_mm` (or nvllm's fp8 Triton GEMM up to 256 rows, where enabled), which rounds the
+    activations to e4m3 too (3 mantissa bits), an error of about 2^-4 / sqrt(3) of each product, averaged
+    over the dot product. `nvllm::scaled_mm` called directly, and compiled, where inductor's fused
+    quantization feeds it."""
     from nvllm.ops.fp8 import quantize_tokens
     from nvllm.ops.fp8_linear_ops import scaled_mm
     from nvllm.ops.linear_ops import silu_mul
