@@ -1,7 +1,8 @@
 """nvllm's fp8 Triton GEMM (`nvllm.ops.fp8_gemm`) against `torch._scaled_mm` on the same quantized operands,
-at decode batches of Qwen3-8B's projections: per (shape, rows), cuBLAS' time, the kernel's in the launch
-shape `gemm_config` picks, and the fastest of a grid of launch shapes. Each time is one call with the weight
-read from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step.
+at decode batches of Qwen3-8B's projections: per (shape, rows), cuBLAS' time; the kernel's in the launch
+shape `gemm_config` picks for shapes without a table entry, and in the table's (`chosen_config`); and the
+fastest of a grid of launch shapes (what `nvllm.ops.fp8_gemm.CONFIGS` holds). Each time is one call with the
+weight read from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step.
 
 `python -m experiments.kernels.fp8_gemm_bench [--rows 32,64,128,192,256] [--no-grid]`"""
 
@@ -16,7 +17,7 @@ import triton
 
 from experiments.kernels.skinny_matmul_bench import SHAPES, time_us
 from nvllm.ops.fp8 import quantize_rows
-from nvllm.ops.fp8_gemm import GemmConfig, fp8_gemm, gemm_config
+from nvllm.ops.fp8_gemm import GemmConfig, chosen_config, fp8_gemm, gemm_config
 
 GRID = [
     GemmConfig(block_m, block_n, block_k, num_warps, num_stages)
@@ -49,6 +50,11 @@ def main() -> None:
                 f"scaled_mm {cublas:.1f}us ({megabytes / cublas:.2f} TB/s) "
                 f"| picked {tuple(picked)} {ours:.1f}us ({megabytes / ours:.2f} TB/s)"
             )
+            table = chosen_config(m, n, k, num_sms)
+            if table is None:
+                line += " | table: scaled_mm"
+            else:
+                line += f" | table {tuple(table)} {time_us(partial(run, config=table)):.1f}us"
             if not arguments.no_grid:
                 timed = []
                 for config in GRID:

@@ -56,12 +56,16 @@ def scaled_mm_of_quantized(
     x_q: torch.Tensor, x_scale: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """`(x_q * x_scale) @ (q * scale)ᵀ` `[tokens, out]` on the fp8 tensor cores, for `quantize_tokens`'s
-    `(x_q, x_scale)`: by `torch._scaled_mm`, or with `nvllm.ops.fp8_gemm.ENABLED` a decode batch (at most
-    `MAX_ROWS` rows) by nvllm's Triton kernel, whose tiles follow the batch."""
-    from nvllm.ops import fp8_gemm
+    `(x_q, x_scale)`: by `torch._scaled_mm`, or with `nvllm.ops.fp8_gemm.ENABLED` the decode batches its
+    `chosen_config` takes by nvllm's Triton kernel, whose tiles follow the batch."""
+    if x_q.is_cuda:
+        from nvllm.ops import fp8_gemm
 
-    if x_q.is_cuda and fp8_gemm.ENABLED and x_q.shape[0] <= fp8_gemm.MAX_ROWS:
-        return fp8_gemm.fp8_gemm(x_q, x_scale, q, scale, out_dtype)
+        if fp8_gemm.ENABLED:
+            m, n, k = x_q.shape[0], *q.shape
+            config = fp8_gemm.chosen_config(m, n, k, fp8_gemm.device_sms(x_q.device))
+            if config is not None:
+                return fp8_gemm.fp8_gemm(x_q, x_scale, q, scale, out_dtype, config)
     return torch._scaled_mm(x_q, q.t(), scale_a=x_scale[:, None], scale_b=scale[None, :], out_dtype=out_dtype)
 
 

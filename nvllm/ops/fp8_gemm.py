@@ -5,10 +5,11 @@ rows and `MAX_ROWS`.
 cuBLAS ran the 8B's projections at a full decode batch with 128 x 128 output tiles
 (experiments/results/2026-12-03-h200-8b-fp8-weights.md), so that a 4096-wide projection of a 256-row batch is
 64 tiles, and of a 128-row one 32, on a GPU of 132 SMs: most of them idle while the weight is read. Here the
-tile follows the batch: 64 rows of output a program up to 64 rows of batch, else 128, and the widest strip of
-columns (128, 64 or 32) that still leaves a program for nearly every SM (`gemm_config`). The programs that
-share a strip of the weight run next to each other (the row tiles vary fastest), so that the strip is read
-from memory once and from the L2 after.
+tile follows the batch. The programs that share a strip of the weight run next to each other (the row tiles
+vary fastest), so that the strip is read from memory once and from the L2 after. Which batches take the
+kernel, and in which launch shape, is `chosen_config`'s: per weight shape and band of rows the fastest of
+`experiments/kernels/fp8_gemm_bench.py`'s grid, or cuBLAS where that was faster; other shapes take the kernel
+up to 64 rows, where it was faster at every shape measured, in the shape `gemm_config` picks.
 """
 
 from __future__ import annotations
@@ -38,17 +39,51 @@ class GemmConfig(NamedTuple):
     num_stages: int
 
 
+# Per weight shape (n, k): (most rows, launch shape or None for cuBLAS) by band of rows, each the fastest of
+# the bench's grid at the band's largest batch measured on an H200, or None where torch._scaled_mm was as fast
+# (experiments/results/2026-12-03-h200-8b-fp8-weights.md). Qwen3-8B: qkv, o, gate/up, down.
+CONFIGS: dict[tuple[int, int], tuple[tuple[int, GemmConfig | None], ...]] = {
+    (6144, 4096): ((128, GemmConfig(64, 64, 256, 4, 3)), (256, None)),
+    (4096, 4096): ((64, GemmConfig(64, 32, 256, 4, 3)), (256, GemmConfig(64, 64, 256, 4, 3))),
+    (24576, 4096): ((64, GemmConfig(64, 64, 128, 4, 4)), (256, None)),
+    (4096, 12288): (
+        (64, GemmConfig(64, 32, 256, 4, 3)),
+        (128, GemmConfig(64, 64, 256, 4, 3)),
+        (256, GemmConfig(64, 128, 256, 4, 3)),
+    ),
+}
+UNMEASURED_MAX_ROWS = 64  # other shapes take the kernel up to here
+
+
 @functools.cache
 def _num_sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def gemm_config(m: int, n: int, num_sms: int) -> GemmConfig:
-    """The launch shape for an `m`-row batch against an `n`-row weight on a GPU of `num_sms` SMs."""
+    """A launch shape for an `m`-row batch against an `n`-row weight on a GPU of `num_sms` SMs, for shapes
+    `CONFIGS` does not hold: 64 rows of output a program up to 64 rows of batch, else 128, and the widest
+    strip of columns (128, 64 or 32) that still leaves a program for nearly every SM."""
     block_m = 64 if m <= 64 else 128
     row_tiles = triton.cdiv(m, block_m)
     block_n = next((width for width in (128, 64) if row_tiles * triton.cdiv(n, width) >= 0.9 * num_sms), 32)
     return GemmConfig(block_m, block_n, 128, 4 if block_m == 64 else 8, 4)
+
+
+def chosen_config(m: int, n: int, k: int, num_sms: int) -> GemmConfig | None:
+    """The launch shape for an `m`-row batch against an `n x k` weight, or None: leave it to
+    `torch._scaled_mm`."""
+    if m > MAX_ROWS:
+        return None
+    bands = CONFIGS.get((n, k))
+    if bands is None:
+        return gemm_config(m, n, num_sms) if m <= UNMEASURED_MAX_ROWS else None
+    return next(config for most, config in bands if m <= most)
+
+
+def device_sms(device: torch.device) -> int:
+    """The SMs of a CUDA device (132 elsewhere: an H100's or H200's, for Triton's interpreter)."""
+    return _num_sms(device.index or 0) if device.type == "cuda" else 132
 
 
 @triton.jit
@@ -105,7 +140,8 @@ def fp8_gemm(
 ) -> torch.Tensor:
     """`(x_q * x_scale[:, None]) @ (q * scale[:, None])ᵀ` in `out_dtype`: `x_q` `[M, K]` and `q` `[N, K]` in
     float8 e4m3 with contiguous rows, their scales fp32 (a row each); accumulated in fp32, scaled, rounded
-    once. `config`: the launch shape, else `gemm_config`'s."""
+    once. `config`: the launch shape, else `chosen_config`'s, or `gemm_config`'s where that leaves the
+    shape to cuBLAS."""
     m, k = x_q.shape
     n = q.shape[0]
     assert q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
@@ -114,8 +150,8 @@ def fp8_gemm(
     if m == 0:
         return out
     if config is None:
-        num_sms = _num_sms(x_q.device.index or 0) if x_q.is_cuda else 132
-        config = gemm_config(m, n, num_sms)
+        num_sms = device_sms(x_q.device)
+        config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
     _fp8_gemm_kernel[grid](
         x_q,

@@ -44,6 +44,24 @@ def test_the_tile_follows_the_batch_and_leaves_a_program_for_nearly_every_sm():
     assert gemm_config(200, 6144, 132) == GemmConfig(128, 64, 128, 8, 4)  # 2 x 96 programs
 
 
+def test_the_table_picks_by_band_of_rows_and_leaves_the_rest_to_cublas():
+    pytest.importorskip("triton")
+    from nvllm.ops.fp8_gemm import MAX_ROWS, UNMEASURED_MAX_ROWS, GemmConfig, chosen_config, gemm_config
+
+    # Qwen3-8B's down projection: a band each up to 64, 128 and 256 rows
+    assert chosen_config(17, 4096, 12288, 132) == GemmConfig(64, 32, 256, 4, 3)
+    assert chosen_config(64, 4096, 12288, 132) == GemmConfig(64, 32, 256, 4, 3)
+    assert chosen_config(65, 4096, 12288, 132) == GemmConfig(64, 64, 256, 4, 3)
+    assert chosen_config(256, 4096, 12288, 132) == GemmConfig(64, 128, 256, 4, 3)
+    # its gate/up: cuBLAS above 64 rows; nothing past MAX_ROWS
+    assert chosen_config(64, 24576, 4096, 132) == GemmConfig(64, 64, 128, 4, 4)
+    assert chosen_config(65, 24576, 4096, 132) is None
+    assert chosen_config(MAX_ROWS + 1, 4096, 12288, 132) is None
+    # a shape not measured: the picked launch shape up to UNMEASURED_MAX_ROWS rows, then cuBLAS
+    assert chosen_config(UNMEASURED_MAX_ROWS, 1000, 512, 132) == gemm_config(UNMEASURED_MAX_ROWS, 1000, 132)
+    assert chosen_config(UNMEASURED_MAX_ROWS + 1, 1000, 512, 132) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [17, 64, 100, 256])
 @pytest.mark.parametrize("shape", [(4096, 4096), (24576, 4096), (4096, 12288), (6144, 4096)])
