@@ -32,7 +32,8 @@ class ModelConfig:
     quantization: str = "none"
     # a mixture of experts' CUDA batches routed by Triton kernels inside `nvllm::routed_experts` (softmax,
     # top-k, and for small batches the sort by expert in the same kernel); off: routed in the compiled graph.
-    # Off by default: it speeds a single stream up but slows batches of 64 tokens and more, prefills most
+    # Off by default: level at a single stream now that the MoE kernels are chained (PDL), slower at batches
+    # of 64 tokens and more, prefills most
     moe_routing_kernel: bool = False
     architecture: str = "Qwen3ForCausalLM"
     vocab_size: int = 151936
