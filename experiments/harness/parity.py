@@ -6,6 +6,8 @@ precision puts on the logits (the largest distance of its logits, or log-probabi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -58,6 +60,19 @@ def nudged_embeddings(model: torch.nn.Module, seed: int) -> torch.utils.hooks.Re
         return (out.float() * (1 + u * 2**-8)).to(out.dtype)
 
     return model.get_input_embeddings().register_forward_hook(hook)
+
+
+def nudged_samples(model: torch.nn.Module, samples: int, logits: Callable[[], list[torch.Tensor]]):
+    """`logits()` computed `samples` times on `model`, under `nudged_embeddings` of seeds 0 (unmoved) to
+    `samples - 1`: one list of its results per sample."""
+    drawn = []
+    for seed in range(samples):
+        handle = nudged_embeddings(model, seed)
+        try:
+            drawn.append(logits())
+        finally:
+            handle.remove()
+    return drawn
 
 
 def sampled_margin_noise(samples: list[torch.Tensor], fp32: torch.Tensor) -> float:

@@ -16,7 +16,7 @@ import random
 
 import torch
 
-from experiments.harness.parity import fp32_gap, margin_noise, nudged_embeddings
+from experiments.harness.parity import fp32_gap, margin_noise, nudged_samples
 from nvllm import LLM, SamplingParams
 
 
@@ -51,11 +51,8 @@ def main() -> None:
         paths = [prompt + ours for prompt, ours in zip(prompts, generations, strict=True)]
         fp32_paths = [logits(path) for path in paths]
         model.to(torch.bfloat16)
-        samples = []  # per sample, per path: logits [positions, vocab]
-        for seed in range(arguments.samples):
-            handle = nudged_embeddings(model, seed)
-            samples.append([logits(path) for path in paths])
-            handle.remove()
+        # per sample, per path: logits [positions, vocab]
+        samples = nudged_samples(model, arguments.samples, lambda: [logits(path) for path in paths])
 
     print(f"{arguments.checkpoint}: {arguments.samples} bf16 samples (sample 0 unmoved)")
     print("prompt  step  engine  fp32 best  fp32 gap  bf16 shift: unmoved  median  max  samples past the gap")

@@ -2,7 +2,13 @@
 
 import torch
 
-from experiments.harness.parity import margin_noise, nudged_embeddings, precision_noise, sampled_margin_noise
+from experiments.harness.parity import (
+    margin_noise,
+    nudged_embeddings,
+    nudged_samples,
+    precision_noise,
+    sampled_margin_noise,
+)
 
 
 def test_opposite_shifts_move_a_margin_by_their_sum():
@@ -53,3 +59,13 @@ def test_nudged_embeddings_move_each_element_by_under_a_bf16_step_and_seed_zero_
     assert 0 < relative.max() <= 2**-8 and (relative > 0).float().mean() > 0.9
     assert torch.equal(embedded(1), nudged) and not torch.equal(embedded(2), nudged)
     assert torch.equal(model.embed(tokens), plain)  # the hook is gone
+
+
+def test_nudged_samples_draw_once_unmoved_then_nudged_and_leave_no_hook():
+    model = EmbeddingOnly()
+    tokens = torch.arange(10)
+    plain = model.embed(tokens)
+    drawn = nudged_samples(model, 3, lambda: [model.embed(tokens)])
+    assert len(drawn) == 3 and torch.equal(drawn[0][0], plain)
+    assert not torch.equal(drawn[1][0], plain) and not torch.equal(drawn[1][0], drawn[2][0])
+    assert torch.equal(model.embed(tokens), plain)

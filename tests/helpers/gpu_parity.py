@@ -19,7 +19,7 @@ from experiments.harness.parity import (
     fp32_gap,
     is_near_tie,
     margin_noise,
-    nudged_embeddings,
+    nudged_samples,
     sampled_margin_noise,
 )
 from nvllm import LLM, SamplingParams
@@ -50,11 +50,10 @@ def assert_follows_transformers_up_to_bf16(path, label: str) -> None:
         fp32_paths = [hf_logits(hf, path).cpu() for path in paths]
         bf16 = hf.to(torch.bfloat16)
         bf16_last = torch.stack([hf_logits(bf16, p)[-1] for p in PROMPTS]).cpu()
-        bf16_samples = []  # per sample, per path: [positions, vocab]
-        for seed in range(BF16_SAMPLES):
-            with_nudge = nudged_embeddings(bf16, seed)
-            bf16_samples.append([hf_logits(bf16, path).cpu() for path in paths])
-            with_nudge.remove()
+        # per sample, per path: [positions, vocab]
+        bf16_samples = nudged_samples(
+            bf16, BF16_SAMPLES, lambda: [hf_logits(bf16, path).cpu() for path in paths]
+        )
         hf.float()
         noise = margin_noise(bf16_last, fp32_last)  # transformers' own bf16 against its fp32
         error = relative_error(logits, fp32_last)
