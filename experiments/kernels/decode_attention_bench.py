@@ -9,11 +9,11 @@ loop iteration) too. What decode's kernel (the Triton one), its split rule
 
 With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
 value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
-its best split count and tile, and with `--launches` the default's best launch over splits, tiles (up to 256
-tokens), warps and pipeline stages: what an fp8 cache's halved bytes buy in decode, and which conversion and
-launch of its elements keep them.
+its best split count and tile, and with `--launches` the default's fastest launches over splits, tiles,
+warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`): what an
+fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches]]`"""
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches [--warps 2]]]`"""
 
 from __future__ import annotations
 
@@ -112,7 +112,11 @@ def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tup
     return times[best], best
 
 
-def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool) -> None:
+FASTEST_SHOWN = 4  # launches listed a case, fastest first
+LAUNCH_GRID = {"splits": (1, 2, 4), "tiles": (64, 128, 256), "warps": (4, 8), "stages": (2, 3, 4)}
+
+
+def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool, grid: dict[str, tuple[int, ...]]) -> None:
     torch.manual_seed(0)
     k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn_like(k_cache)
@@ -126,7 +130,7 @@ def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool) -> None:
         decode_module.STAGE_FP8_VALUES = True
         by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
         launches = {}
-        tried = itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4)) if sweep_launches else ()
+        tried = itertools.product(*(grid[axis] for axis in LAUNCH_GRID)) if sweep_launches else ()
         for launch in tried:
             splits, tile, warps, stages = launch
             if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
@@ -136,10 +140,13 @@ def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool) -> None:
             except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
                 continue
         mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
-        best_launch = min(launches, key=launches.get) if launches else None
+        fastest = sorted(launches, key=launches.get)[:FASTEST_SHOWN]
         swept = (
-            f" | default, best (splits, tile, warps, stages) {best_launch}: "
-            f"{launches[best_launch]:.1f} us ({mb / 2 / launches[best_launch]:.2f} TB/s)"
+            " | default, fastest (splits, tile, warps, stages) "
+            + ", ".join(
+                f"{launch}: {launches[launch]:.1f} us ({mb / 2 / launches[launch]:.2f} TB/s)"
+                for launch in fastest
+            )
             if launches
             else ""
         )
@@ -157,9 +164,14 @@ if __name__ == "__main__":
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
     parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
     parser.add_argument("--launches", action="store_true", help="with --fp8: sweep the default's launches")
+    for axis, values in LAUNCH_GRID.items():
+        parser.add_argument(
+            f"--{axis}", default=",".join(map(str, values)), help=f"with --launches: the {axis} tried"
+        )
     args = parser.parse_args()
+    grid = {axis: tuple(int(value) for value in getattr(args, axis).split(",")) for axis in LAUNCH_GRID}
     batch_rows = tuple(int(rows) for rows in args.rows.split(","))
     if args.fp8:
-        fp8_main(batch_rows, args.launches)
+        fp8_main(batch_rows, args.launches, grid)
     else:
         main(batch_rows)
