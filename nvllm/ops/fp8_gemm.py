@@ -24,10 +24,9 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 MAX_ROWS = 256
-# Off by default (every batch above the skinny kernel's runs `torch._scaled_mm`) until a GPU run shows it
-# pays end to end and clears the fp8 engine test that failed beside it
-# (experiments/results/2026-12-03-h200-8b-fp8-weights.md).
-ENABLED = False
+# False: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's comparison; its numbers:
+# experiments/results/2026-12-03-h200-8b-fp8-gemm-on.md).
+ENABLED = True
 
 
 class GemmConfig(NamedTuple):

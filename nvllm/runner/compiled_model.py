@@ -12,6 +12,16 @@ import torch._dynamo.config
 import torch.fx.experimental._config
 from torch import nn
 
+RECOMPILE_LIMIT = 64  # graphs a region's code may hold: see compile_settings
+
+
+# Inductor passes to the compiler of every region. Fused into one kernel, two ops in bf16 would otherwise
+# skip the rounding to bf16 between them that eager mode does: an fp8 matmul's activations, quantized in the
+# kernel of the norm or the activation before it, would be quantized from values eager never sees, so that a
+# compiled batch and an eager one (or a compiled batch of 16 rows and one of 17) disagree by fp8's rounding
+# steps, not bf16's.
+INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
+
 
 @contextmanager
 def compile_settings() -> Iterator[None]:
@@ -24,6 +34,12 @@ def compile_settings() -> Iterator[None]:
         # Python floats (norm eps, attention scale) as constants. Left symbolic under dynamic=True, each one
         # makes inductor's scalar pass restart the analysis: every compile would trace the model twice.
         stack.enter_context(torch._dynamo.config.patch(specialize_float=True))
+        # Dynamo keeps compiled graphs per code object, and every model's decoder layers run their class's
+        # one `forward`: each model of another shape or family adds its graphs (two a layer class, with
+        # cascade's), and past the limit a fullgraph region fails. Engines built one after another in a
+        # process (a sweep, a test session) would meet the default (8) by the fifth model. An engine of a
+        # model seen before reuses its graphs, and adds none.
+        stack.enter_context(torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT))
         yield
 
 
@@ -43,7 +59,9 @@ class CompiledModel:
         for region in self.regions:
             # the region's own `forward`, not `nn.Module.compile`'s `_call_impl`: dynamo keeps compiled graphs
             # per code object, up to a recompile limit, and `_call_impl` is every module's code
-            region.forward = torch.compile(region.forward, fullgraph=True, dynamic=True)
+            region.forward = torch.compile(
+                region.forward, fullgraph=True, dynamic=True, options=INDUCTOR_OPTIONS
+            )
 
     def __call__(self, *args, check_guards: bool = True) -> torch.Tensor:
         with compile_settings():

@@ -111,3 +111,45 @@ def test_unreadable_cache_artifacts_name_the_key(tmp_path):
     artifacts.write_bytes(b"not artifacts")
     with pytest.raises(ValueError, match="compile.cache_artifacts=.*artifacts.bin.*delete it"):
         LLM("tiny", enforce_eager=False, num_kvcache_blocks=16, compile__cache_artifacts=str(artifacts))
+
+
+class ScaledLayer(torch.nn.Module):
+    """A decoder layer's stand-in: its `forward` branches on a Python attribute, which dynamo guards on, so
+    that each value is a graph of its own (as each model's shapes and family are)."""
+
+    def __init__(self, power: int):
+        super().__init__()
+        self.power = power
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.power if self.power % 2 else x.abs() * self.power + 1
+
+
+class ToyModel(torch.nn.Module):
+    def __init__(self, power: int):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([ScaledLayer(power), ScaledLayer(power)])
+
+    def compile_regions(self) -> list[torch.nn.Module]:
+        return list(self.layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers[1](self.layers[0](x))
+
+
+def test_models_of_more_shapes_than_dynamos_default_limit_compile_in_one_process():
+    """Every model's layers run one class's `forward`, whose compiled graphs dynamo counts against its
+    recompile limit (8 by default): ten models one after another, as a sweep builds engines, each compile and
+    compute what eager does; a model seen before reuses its graph."""
+    from nvllm.runner.compiled_model import CompiledModel
+
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    x = torch.linspace(-2, 2, 8)
+    for power in [*range(1, 11), 3]:
+        model = ToyModel(power)
+        compiled = CompiledModel(model)
+        torch.testing.assert_close(compiled(x), compiled.eager(x))
+        compiled.release()
+    assert counters["stats"]["unique_graphs"] == 10
