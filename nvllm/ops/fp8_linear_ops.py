@@ -8,8 +8,13 @@ quantization is not inside the op because there it ran as half a dozen eager ker
 reading the activations again; traced ahead of the op, inductor fuses it into the kernel that produces the
 activations: the RMSNorm before the q/k/v and gate/up projections (`RMSNorm(fuse_in_graph=True)`), the
 SwiGLU activation before the down projection (traced here, where bf16 weights have it inside an op), a
-kernel of its own after attention. Small batches compute a quantization they do not use: in kernels that
-run anyway, but for that one after attention.
+kernel of its own after attention.
+
+Batches the skinny kernel takes (CUDA, at most 16 rows) need no quantized activations, and there the
+activation belongs in the gate/up matmul's epilogue. So while tracing, such a batch takes `nvllm::linear`
+and `nvllm::linear_silu_mul` on the fp8 weights instead: dynamo guards on the row count, and small batches
+get a graph of their own, as small as bf16 weights' (a single stream's token would otherwise run a
+quantization kernel after attention and an activation kernel a layer, for nothing).
 
 Eager mode runs `nvllm.ops.linear_ops`' computation for fp8 weights, which quantizes inside, only where
 `torch._scaled_mm` runs.
@@ -20,7 +25,16 @@ from __future__ import annotations
 import torch
 
 from nvllm.ops.fp8 import fp8_linear_reference, quantize_tokens, scaled_mm_of_quantized
-from nvllm.ops.linear_ops import add_bias, apply_linear, apply_linear_silu_mul, chosen_skinny_config, silu_mul
+from nvllm.ops.linear_ops import (
+    add_bias,
+    apply_linear,
+    apply_linear_silu_mul,
+    chosen_skinny_config,
+    linear,
+    linear_silu_mul,
+    silu_mul,
+    uses_skinny_matmul,
+)
 from nvllm.ops.op_library import inference_op, register_fake
 
 
@@ -70,6 +84,8 @@ def apply_fp8_linear(
     """What the layers with fp8 weights call: in a compiled graph the traced quantization then
     `nvllm::scaled_mm`; in eager mode `apply_linear`'s computation."""
     if torch.compiler.is_compiling():
+        if uses_skinny_matmul(x):  # a graph of small batches' own (see the module's doc)
+            return linear(x, weight, bias, weight_scale)
         return scaled_mm(x, *quantize_tokens(x), weight, weight_scale, bias)
     return apply_linear(x, weight, bias, weight_scale)
 
@@ -81,5 +97,7 @@ def apply_fp8_linear_silu_mul(
     `nvllm::scaled_mm` (in fp32, rounded once), so inductor fuses it with the down projection's activation
     quantization; eager: `apply_linear_silu_mul`'s computation."""
     if torch.compiler.is_compiling():
+        if uses_skinny_matmul(x):
+            return linear_silu_mul(x, weight, weight_scale)
         return silu_mul(apply_fp8_linear(x, weight, weight_scale))
     return apply_linear_silu_mul(x, weight, weight_scale)

@@ -30,8 +30,10 @@ SKINNY_MAX_ROWS = 16  # nvllm.ops.skinny_matmul.MAX_ROWS (not imported here: it 
 
 
 def uses_skinny_matmul(x: torch.Tensor) -> bool:
-    small_batch = x.dim() == 2 and x.shape[0] <= SKINNY_MAX_ROWS
-    return x.is_cuda and small_batch and x.dtype in (torch.bfloat16, torch.float16)
+    # the row count last: while tracing, comparing it is a guard (a graph of small batches' own), which a
+    # CPU graph, say, should not get
+    on_cuda = x.is_cuda and x.dtype in (torch.bfloat16, torch.float16)
+    return on_cuda and x.dim() == 2 and x.shape[0] <= SKINNY_MAX_ROWS
 
 
 def chosen_skinny_config(x: torch.Tensor, weight: torch.Tensor, gated: bool = False):

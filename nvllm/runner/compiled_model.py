@@ -45,12 +45,13 @@ def compile_settings() -> Iterator[None]:
 
 class CompiledModel:
     """The model with its `compile_regions()` compiled in place, each by `torch.compile(fullgraph=True,
-    dynamic=True)` (regional compilation): dynamo traces a decoder layer once and every other layer passes
-    its guards (their parameters and KV caches are graph inputs, not constants), so inductor compiles one
-    layer's graph instead of the whole unrolled model. Call it as the model; `eager(...)` runs the same
-    model without its compiled regions. `check_guards=False` skips dynamo's guard checks, which cost host
-    time on every region's call. Only for calls that can only pass them: the runner skips them for decode
-    steps once every decode shape has run (a single dynamic-shape entry per region then serves them all).
+        dynamic=True)` (regional compilation): dynamo traces a decoder layer once and every other layer passes
+        its guards (their parameters and KV caches are graph inputs, not constants), so inductor compiles one
+        layer's graph instead of the whole unrolled model. Call it as the model; `eager(...)` runs the same
+        model without its compiled regions. `check_guards=False` skips dynamo's guard checks, which cost host
+        time on every region's call. Only for calls that can only pass them: the runner skips them for decode
+        steps once every decode shape has run (a dynamic-shape entry per region then serves them all; with fp8
+    weights two, told apart by the row count: `nvllm.ops.fp8_linear_ops`).
     """
 
     def __init__(self, model: nn.Module):
