@@ -85,6 +85,40 @@ def test_compiled_graphs_take_the_fp8_op_with_the_scales():
     torch.testing.assert_close(eager[1], torch.nn.functional.silu(gate) * up, atol=1e-5, rtol=1e-5)
 
 
+def test_small_batches_trace_a_graph_of_the_skinny_kernels_ops_without_quantization(monkeypatch):
+    """A batch the skinny kernel takes (on CUDA: at most 16 rows) needs no quantized activations: traced, it
+    takes `nvllm::linear` and `nvllm::linear_silu_mul` on the fp8 weights, in a graph of its own, and larger
+    batches keep `nvllm::scaled_mm`. The CUDA rule, patched in on the CPU."""
+    from nvllm.ops import fp8_linear_ops
+
+    monkeypatch.setattr(fp8_linear_ops, "uses_skinny_matmul", lambda x: x.shape[0] <= 16)
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(32, 16))
+    gate_up_q, gate_up_scale = quantize_rows(torch.randn(64, 16))
+    graphs = []
+
+    def record_ops(graph_module, example_inputs):
+        graphs.append([node.target for node in graph_module.graph.nodes if node.op.startswith("call_")])
+        return graph_module.forward
+
+    def layer(x):
+        return apply_fp8_linear(x, q, scale), apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale)
+
+    compiled = torch.compile(layer, backend=record_ops, fullgraph=True, dynamic=True)
+    for rows in (5, 20, 7):
+        x = torch.randn(rows, 16)
+        assert all(torch.equal(a, b) for a, b in zip(compiled(x), layer(x)))
+    small, large = graphs  # 7 rows reuses the graph of 5
+    assert (
+        small.count(torch.ops.nvllm.linear.default)
+        == small.count(torch.ops.nvllm.linear_silu_mul.default)
+        == 1
+    )
+    assert torch.ops.nvllm.scaled_mm.default not in small
+    assert "amax" not in small and "amax" in large  # the activations' quantization (`quantize_rows`)
+    assert large.count(torch.ops.nvllm.scaled_mm.default) == 2
+
+
 def test_scaled_mm_path_quantizes_the_activations_per_token_and_scales_back():
     """What CUDA batches of more than 16 rows run, on the CPU where torch has it: within e4m3's rounding of
     the activations (3 mantissa bits) of the fp32 product, rows of very different magnitudes alike."""
