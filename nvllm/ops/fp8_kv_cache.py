@@ -34,6 +34,19 @@ def to_cache_dtype(values: torch.Tensor, cache_dtype: torch.dtype) -> torch.Tens
     return values.to(cache_dtype)
 
 
+def first_uses(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each entry of `blocks` (block ids, 1-D): the scratch block it reads, numbered by its block's rank
+    among the distinct ones, and whether it is the first entry naming its block (the one that fills the
+    scratch block). By a stable sort: static shapes, no host sync."""
+    sorted_blocks, order = torch.sort(blocks, stable=True)
+    first_sorted = torch.ones_like(sorted_blocks, dtype=torch.bool)
+    first_sorted[1:] = sorted_blocks[1:] != sorted_blocks[:-1]
+    rank_sorted = first_sorted.cumsum(0) - 1
+    scratch_blocks = torch.empty_like(rank_sorted).scatter_(0, order, rank_sorted)
+    first = torch.empty_like(first_sorted).scatter_(0, order, first_sorted)
+    return scratch_blocks, first
+
+
 def dequantized_blocks(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -42,9 +55,22 @@ def dequantized_blocks(
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The blocks of the first `num_columns` columns of `block_tables` `[rows, width]`, K and V in `dtype`, as
-    a scratch cache of their own, and the block tables `[rows, num_columns]` that address it. Shapes follow
-    the block tables' alone (no host sync: capturable in a CUDA graph)."""
+    a scratch cache of their own, and the block tables `[rows, num_columns]` that address it. A block that
+    several rows name (a shared prefix, a table's padding) is dequantized once: a prefill of many sequences
+    under one cached prefix would otherwise write the prefix's blocks once a sequence, in every layer. Shapes
+    follow the block tables' alone (no host sync: capturable in a CUDA graph); the scratch cache has room
+    for every entry, and its blocks past the distinct ones are left unwritten and unaddressed."""
     blocks = block_tables[:, :num_columns]
-    scratch_tables = torch.arange(blocks.numel(), dtype=torch.int32, device=blocks.device).view(blocks.shape)
-    flat = blocks.flatten().long()
-    return k_cache[flat].to(dtype), v_cache[flat].to(dtype), scratch_tables
+    flat = blocks.flatten()
+    scratch_blocks, first = first_uses(flat)
+    scratch_shape = (flat.numel(), *k_cache.shape[1:])
+    k_scratch = k_cache.new_empty(scratch_shape, dtype=dtype)
+    v_scratch = v_cache.new_empty(scratch_shape, dtype=dtype)
+    if k_cache.is_cuda:
+        from nvllm.ops.dequantize_blocks_triton import dequantize_first_uses
+
+        dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, flat, scratch_blocks, first)
+    else:  # the reference (a host sync: the CPU has no graphs to capture)
+        k_scratch[scratch_blocks[first]] = k_cache[flat[first].long()].to(dtype)
+        v_scratch[scratch_blocks[first]] = v_cache[flat[first].long()].to(dtype)
+    return k_scratch, v_scratch, scratch_blocks.view(blocks.shape).to(torch.int32)

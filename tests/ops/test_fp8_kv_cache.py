@@ -97,6 +97,47 @@ def test_dequantized_blocks_are_a_scratch_cache_the_renumbered_tables_address():
             assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
 
 
+def test_a_block_several_rows_name_is_dequantized_once():
+    """A shared prefix's blocks (4 and 1) and a table's padding (0) take one scratch block each, which every
+    row naming them addresses; five distinct blocks, five scratch blocks written."""
+    (k_float, v_float), _ = random_fp8_caches(3)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    tables = torch.tensor([[4, 1, 0, 3], [4, 1, 5, 3], [4, 2, 0, 0]], dtype=torch.int32)
+    k_scratch, v_scratch, scratch_tables = dequantized_blocks(k_fp8, v_fp8, tables, 3, torch.bfloat16)
+    assert scratch_tables.tolist() == [[3, 1, 0], [3, 1, 4], [3, 2, 0]]  # blocks 0, 1, 2, 4, 5 in order
+    for block, scratch_block in zip(tables[:, :3].flatten().tolist(), scratch_tables.flatten().tolist()):
+        assert torch.equal(k_scratch[scratch_block].float(), k_fp8[block].float())
+        assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
+
+
+def test_the_triton_dequantization_writes_each_first_use_as_the_reference_in_the_interpreter():
+    """`dequantize_first_uses` (what CUDA runs) fills the scratch blocks the torch reference fills, and no
+    other: a later use of a block writes nothing."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.dequantize_blocks_triton import dequantize_first_uses
+from nvllm.ops.fp8_kv_cache import FP8_KV, dequantized_blocks, first_uses
+
+generator = torch.Generator().manual_seed(0)
+k_cache, v_cache = (torch.randn(6, 16, 2, 32, generator=generator).to(FP8_KV) for _ in range(2))
+tables = torch.tensor([[4, 1, 0, 3], [4, 1, 5, 3], [4, 2, 0, 0]], dtype=torch.int32)
+k_expected, v_expected, expected_tables = dequantized_blocks(k_cache, v_cache, tables, 3, torch.bfloat16)
+flat = tables[:, :3].flatten()
+scratch_blocks, first = first_uses(flat)
+assert scratch_blocks.view(3, 3).tolist() == expected_tables.tolist()
+k_scratch = torch.full((9, 16, 2, 32), float("nan"), dtype=torch.bfloat16)
+v_scratch = torch.full_like(k_scratch, float("nan"))
+dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, flat, scratch_blocks, first)
+assert torch.equal(k_scratch[:5], k_expected[:5]) and torch.equal(v_scratch[:5], v_expected[:5])
+assert k_scratch[5:].isnan().all() and v_scratch[5:].isnan().all()
+untouched = torch.full_like(k_scratch, float("nan"))
+dequantize_first_uses(k_cache, v_cache, untouched, untouched.clone(), flat, scratch_blocks, first & False)
+assert untouched.isnan().all()  # entries that are no block's first use write nothing
+"""
+    )
+
+
 def test_the_triton_decode_kernel_reads_an_fp8_cache_as_the_torch_reference_in_the_interpreter():
     """The kernel over an fp8 cache (its dots in fp16) at lengths on the 64-token tile's edges, whole and in
     KV splits; the GPU test does the same at the real shapes."""

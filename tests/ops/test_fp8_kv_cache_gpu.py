@@ -1,7 +1,7 @@
 """The FP8 KV cache's CUDA kernels against the torch reference on the same fp8 cache: the Triton decode
 kernel (fp8 loaded and converted in registers) at lengths on the tile edges over several blocks and KV
 splits, the fused norm + RoPE + store kernel (quantizing in registers), flash-attn's prefill over cached
-prefixes and cascade's prefix pass (both through dequantized blocks)."""
+prefixes and cascade's prefix pass (both through dequantized blocks), and the dequantization itself."""
 
 import pytest
 import torch
@@ -94,3 +94,32 @@ def test_cascade_prefix_pass_on_an_fp8_cache_matches_the_torch_backend():
     expected_out, expected_lse = torch.ops.nvllm.prefix_attention(*args, "torch")
     torch.testing.assert_close(out.float(), expected_out.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=1e-2, rtol=1e-3)
+
+
+def test_shared_blocks_are_dequantized_once_in_a_cuda_graph_as_on_the_cpu():
+    """The Triton dequantization of the blocks that rows share (`dequantized_blocks` on CUDA), captured in a
+    CUDA graph as a prefill graph holds it, against the torch reference on the CPU: the same renumbered
+    tables, the same distinct scratch blocks."""
+    from nvllm.ops.fp8_kv_cache import dequantized_blocks
+
+    k_cache, v_cache = fp8_caches(8, torch.Generator().manual_seed(11))
+    tables = torch.tensor([[4, 1, 0, 3], [4, 1, 5, 3], [4, 2, 0, 0]], dtype=torch.int32)
+    k_expected, v_expected, expected_tables = dequantized_blocks(
+        k_cache.cpu(), v_cache.cpu(), tables, 3, torch.bfloat16
+    )
+    device_tables = tables.cuda()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # compiled and warmed up outside the capture
+        dequantized_blocks(k_cache, v_cache, device_tables, 3, torch.bfloat16)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        k_scratch, v_scratch, scratch_tables = dequantized_blocks(
+            k_cache, v_cache, device_tables, 3, torch.bfloat16
+        )
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(scratch_tables.cpu(), expected_tables)
+    assert torch.equal(k_scratch[:5].cpu(), k_expected[:5]) and torch.equal(
+        v_scratch[:5].cpu(), v_expected[:5]
+    )
