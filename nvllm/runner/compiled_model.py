@@ -14,7 +14,6 @@ from torch import nn
 
 RECOMPILE_LIMIT = 64  # graphs a region's code may hold: see compile_settings
 
-
 # Inductor passes to the compiler of every region. Fused into one kernel, two ops in bf16 would otherwise
 # skip the rounding to bf16 between them that eager mode does: an fp8 matmul's activations, quantized in the
 # kernel of the norm or the activation before it, would be quantized from values eager never sees, so that a
@@ -45,12 +44,12 @@ def compile_settings() -> Iterator[None]:
 
 class CompiledModel:
     """The model with its `compile_regions()` compiled in place, each by `torch.compile(fullgraph=True,
-        dynamic=True)` (regional compilation): dynamo traces a decoder layer once and every other layer passes
-        its guards (their parameters and KV caches are graph inputs, not constants), so inductor compiles one
-        layer's graph instead of the whole unrolled model. Call it as the model; `eager(...)` runs the same
-        model without its compiled regions. `check_guards=False` skips dynamo's guard checks, which cost host
-        time on every region's call. Only for calls that can only pass them: the runner skips them for decode
-        steps once every decode shape has run (a dynamic-shape entry per region then serves them all; with fp8
+    dynamic=True)` (regional compilation): dynamo traces a decoder layer once and every other layer passes
+    its guards (their parameters and KV caches are graph inputs, not constants), so inductor compiles one
+    layer's graph instead of the whole unrolled model. Call it as the model; `eager(...)` runs the same
+    model without its compiled regions. `check_guards=False` skips dynamo's guard checks, which cost host
+    time on every region's call. Only for calls that can only pass them: the runner skips them for decode
+    steps once every decode shape has run (a dynamic-shape entry per region then serves them all; with fp8
     weights two, told apart by the row count: `nvllm.ops.fp8_linear_ops`).
     """
 
