@@ -11,8 +11,8 @@ reads the weight in fp8 and scales its result.
   to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.
 - **A larger batch on CUDA** quantizes the activations too, a scale per token (`quantize_tokens`), and runs
   on the fp8 tensor cores: `torch._scaled_mm`, or up to 256 rows (decode) nvllm's Triton kernel
-  (`nvllm.ops.fp8_gemm`, off by default). In a compiled graph the quantization is traced code ahead of
-  the matmul op, which inductor fuses into the kernel that produced the activations.
+  (`nvllm.ops.fp8_gemm`, where its table says it is faster). In a compiled graph the quantization is traced
+  code ahead of the matmul op, which inductor fuses into the kernel that produced the activations.
 - **On the CPU** the weight is converted and the scale applied after the matmul, as the small-batch kernel
   does.
 """
