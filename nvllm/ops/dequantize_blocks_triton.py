@@ -63,7 +63,7 @@ def dequantize_first_uses(
         v_scratch,
         blocks,
         scratch_blocks,
-        first.to(torch.int8),
+        first,
         BLOCK_ELEMENTS=block_elements,
         CHUNK=chunk,
     )

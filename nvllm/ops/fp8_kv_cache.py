@@ -41,7 +41,7 @@ def first_uses(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     sorted_blocks, order = torch.sort(blocks, stable=True)
     first_sorted = torch.ones_like(sorted_blocks, dtype=torch.bool)
     first_sorted[1:] = sorted_blocks[1:] != sorted_blocks[:-1]
-    rank_sorted = first_sorted.cumsum(0) - 1
+    rank_sorted = first_sorted.cumsum(0, dtype=torch.int32) - 1  # int32: the block tables' dtype
     scratch_blocks = torch.empty_like(rank_sorted).scatter_(0, order, rank_sorted)
     first = torch.empty_like(first_sorted).scatter_(0, order, first_sorted)
     return scratch_blocks, first
@@ -73,4 +73,4 @@ def dequantized_blocks(
     else:  # the reference (a host sync: the CPU has no graphs to capture)
         k_scratch[scratch_blocks[first]] = k_cache[flat[first].long()].to(dtype)
         v_scratch[scratch_blocks[first]] = v_cache[flat[first].long()].to(dtype)
-    return k_scratch, v_scratch, scratch_blocks.view(blocks.shape).to(torch.int32)
+    return k_scratch, v_scratch, scratch_blocks.view(blocks.shape)
