@@ -57,8 +57,6 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
     def make_mlp(config: ModelConfig, layer_index: int) -> nn.Module:
         if not is_sparse_layer(config, layer_index):
             return GatedMLP(config)
-        if config.quantization != "none":
-            raise ValueError(f"quantization={config.quantization!r} is not implemented for MoE experts")
         return FusedMoE(
             config.hidden_size,
             config.num_experts,
@@ -66,6 +64,7 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
             config.moe_intermediate_size,
             config.norm_topk_prob,
             routing_kernel=config.moe_routing_kernel,
+            quantization=config.quantization,
         )
 
     @staticmethod

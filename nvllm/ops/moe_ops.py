@@ -13,8 +13,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nvllm.ops.fp8 import fp8_linear_reference
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.op_library import inference_op, register_fake
+
+
+def expert_matmul(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, expert: int):
+    """`x @ weight[expert]ᵀ`; with `scales` (fp8 experts) as `nvllm.ops.fp8` multiplies by a quantized
+    weight: in fp32, each output column times its row's scale, rounded once."""
+    if scales is None:
+        return F.linear(x, weight[expert])
+    return fp8_linear_reference(x, weight[expert], scales[expert])
 
 
 def experts_reference(
@@ -23,10 +32,13 @@ def experts_reference(
     down: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`sum_j w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t))` over each token's chosen experts e = ids[t, j].
-    `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]. The
-    (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
+    `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]; fp8
+    experts come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`).
+    The (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
     once (the host reads how many each has)."""
     top_k = topk_ids.shape[1]
     pairs_by_expert = topk_ids.flatten().argsort(stable=True)
@@ -39,8 +51,8 @@ def experts_reference(
             continue
         pairs = pairs_by_expert[start : start + count]
         tokens = pairs // top_k
-        gate, up = F.linear(x[tokens], gate_up[expert]).chunk(2, -1)
-        y = F.linear(F.silu(gate) * up, down[expert]) * pair_weights[pairs, None]
+        gate, up = expert_matmul(x[tokens], gate_up, gate_up_scale, expert).chunk(2, -1)
+        y = expert_matmul(F.silu(gate) * up, down, down_scale, expert) * pair_weights[pairs, None]
         out.index_add_(0, tokens, y)
         start += count
     return out
@@ -53,17 +65,20 @@ def fused_experts(
     down: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
+    scales = (gate_up_scale, down_scale)
     if x.is_cuda:
         from nvllm.ops.moe_triton import grouped_experts
 
-        return grouped_experts(x, gate_up, down, topk_weights, topk_ids)
-    return experts_reference(x, gate_up, down, topk_weights, topk_ids)
+        return grouped_experts(x, gate_up, down, topk_weights, topk_ids, *scales)
+    return experts_reference(x, gate_up, down, topk_weights, topk_ids, *scales)
 
 
 @register_fake(fused_experts)
-def _(x, gate_up, down, topk_weights, topk_ids):
+def _(x, gate_up, down, topk_weights, topk_ids, gate_up_scale=None, down_scale=None):
     return torch.empty_like(x)
 
 
@@ -76,17 +91,20 @@ def routed_experts(
     padding: torch.Tensor | None,
     top_k: int,
     renormalize: bool,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`fused_experts` of `route_step(router_logits, padding, top_k, renormalize)`'s routing, the routing
     inside the op: on CUDA by Triton kernels (`model.moe_routing_kernel`), one in all for a small batch."""
+    scales = (gate_up_scale, down_scale)
     if x.is_cuda:
         from nvllm.ops.moe_route_triton import routed_experts as routed_on_cuda
 
-        return routed_on_cuda(x, gate_up, down, router_logits, padding, top_k, renormalize)
+        return routed_on_cuda(x, gate_up, down, router_logits, padding, top_k, renormalize, *scales)
     weights, ids = route_step(router_logits, padding, top_k, renormalize)
-    return experts_reference(x, gate_up, down, weights, ids)
+    return experts_reference(x, gate_up, down, weights, ids, *scales)
 
 
 @register_fake(routed_experts)
-def _(x, gate_up, down, router_logits, padding, top_k, renormalize):
+def _(x, gate_up, down, router_logits, padding, top_k, renormalize, gate_up_scale=None, down_scale=None):
     return torch.empty_like(x)

@@ -161,9 +161,11 @@ def routed_experts(
     padding: torch.Tensor | None,
     top_k: int,
     renormalize: bool,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`nvllm::routed_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
-    `route_tokens` and `align_by_expert`; then the grouped matmuls."""
+    `route_tokens` and `align_by_expert`; then the grouped matmuls (on fp8 experts with their scales)."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
@@ -175,4 +177,6 @@ def routed_experts(
     else:
         weights, ids = route_tokens(router_logits, padding, top_k, renormalize)
         sorted_pairs, tile_expert = align_by_expert(ids, num_experts, block_m)
-    return aligned_experts(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)
+    return aligned_experts(
+        x, gate_up, down, weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+    )

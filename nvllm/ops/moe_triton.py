@@ -10,6 +10,10 @@ and are masked. Then:
   epilogue, in fp32 at each pair's row;
 - the k pairs of a token summed in a fixed order (no atomics: the same inputs give the same bits) and
   rounded once, by a kernel of its own (`sum_pairs`).
+Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
+converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value), each output
+column times its row's scale after the reduction, as the skinny kernel does for dense fp8 weights; the
+activations stay in their dtype.
 All four kernels are launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
 after the layer's experts are: every one of them reads what the kernel before it wrote, so each waits first.
 The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
@@ -188,6 +192,7 @@ def align_by_expert(
 def _grouped_matmul_kernel(
     a_ptr,  # [rows, K]: row of pair p is p // A_ROW_DIVISOR (the token for gate/up, the pair for down)
     w_ptr,  # [E, N (x2 when GATED), K]
+    w_scale_ptr,  # [E, N (x2 when GATED)] where SCALED: w is fp8, each output row of it times its scale
     out_ptr,  # [pairs, N]
     sorted_pairs_ptr,
     tile_expert_ptr,
@@ -199,10 +204,12 @@ def _grouped_matmul_kernel(
     stride_am,
     stride_we,
     stride_wn,
+    stride_se,
     stride_om,
     A_ROW_DIVISOR: tl.constexpr,
     GATED: tl.constexpr,
     WEIGHTED: tl.constexpr,
+    SCALED: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -226,12 +233,18 @@ def _grouped_matmul_kernel(
         k_inside = ks < K
         a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :], valid[:, None] & k_inside[None, :], 0.0)
         w_mask = k_inside[:, None] & inside[None, :]
-        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0)
+        # an fp8 weight converted to a's dtype, exactly (every e4m3 value is a bf16 value)
+        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0).to(a.dtype)
         acc = tl.dot(a, w, acc)
         if GATED:
             w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
-            acc_up = tl.dot(a, w_up, acc_up)
+            acc_up = tl.dot(a, w_up.to(a.dtype), acc_up)
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    if SCALED:  # a row's scale comes out of its dot products (nvllm.ops.fp8)
+        scales = w_scale_ptr + expert.to(tl.int64) * stride_se + columns
+        acc = acc * tl.load(scales, inside, 0.0)[None, :]
+        if GATED:
+            acc_up = acc_up * tl.load(scales + N, inside, 0.0)[None, :]
     if GATED:
         acc = acc * tl.sigmoid(acc) * acc_up
     if WEIGHTED:
@@ -252,15 +265,19 @@ def grouped_matmul(
     gated: bool,
     weighted: bool,
     config: GroupedMatmulConfig,
+    w_scale: torch.Tensor | None = None,
 ) -> None:
     """One grouped matmul into `out` [pairs, N] over the tiles of `align_by_expert(..., block_m)`: pair
     p's row of `a` is p // `divisor`; `gated`: `w` packs [gate; up] and `out` gets silu(gate) * up;
-    `weighted`: each row times its pair's routing weight."""
+    `weighted`: each row times its pair's routing weight. `w_scale` `[E, rows of w]`: `w` is fp8 and
+    stands for `w * w_scale[..., None]` (`nvllm.ops.fp8`)."""
     num_pairs, n = out.shape
+    assert w_scale is None or w_scale.shape == w.shape[:2]
     grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
     _grouped_matmul_kernel[grid](
         a,
         w,
+        w if w_scale is None else w_scale,
         out,
         sorted_pairs,
         tile_expert,
@@ -272,10 +289,12 @@ def grouped_matmul(
         a.stride(0),
         w.stride(0),
         w.stride(1),
+        0 if w_scale is None else w_scale.stride(0),
         out.stride(0),
         A_ROW_DIVISOR=divisor,
         GATED=gated,
         WEIGHTED=weighted,
+        SCALED=w_scale is not None,
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
@@ -325,6 +344,8 @@ def grouped_experts(
     down: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`nvllm.ops.moe_ops.experts_reference`'s result from the two grouped matmuls."""
     num_tokens, top_k = topk_ids.shape
@@ -333,7 +354,9 @@ def grouped_experts(
         return torch.zeros_like(x)
     block_m = row_tile(num_tokens * top_k, num_experts)
     sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
-    return aligned_experts(x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m)
+    return aligned_experts(
+        x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+    )
 
 
 def aligned_experts(
@@ -344,9 +367,11 @@ def aligned_experts(
     sorted_pairs: torch.Tensor,
     tile_expert: torch.Tensor,
     block_m: int,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
-    layout), the k pairs of each token summed."""
+    layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`)."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
@@ -356,11 +381,27 @@ def aligned_experts(
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
     gate_up_config = matmul_config(num_pairs, num_experts, gated=True)
     grouped_matmul(
-        x, gate_up, activated, *tiles, divisor=top_k, gated=True, weighted=False, config=gate_up_config
+        x,
+        gate_up,
+        activated,
+        *tiles,
+        divisor=top_k,
+        gated=True,
+        weighted=False,
+        config=gate_up_config,
+        w_scale=gate_up_scale,
     )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
     down_config = matmul_config(num_pairs, num_experts, gated=False)
     grouped_matmul(
-        activated, down, weighted, *tiles, divisor=1, gated=False, weighted=True, config=down_config
+        activated,
+        down,
+        weighted,
+        *tiles,
+        divisor=1,
+        gated=False,
+        weighted=True,
+        config=down_config,
+        w_scale=down_scale,
     )
     return sum_pairs(weighted, top_k, x.dtype)

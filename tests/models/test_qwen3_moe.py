@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch._dynamo.utils
 import torch.nn.functional as F
+import transformers
 
 from nvllm import LLM, SamplingParams
 from nvllm.config import EngineConfig, ParallelConfig
@@ -21,11 +22,13 @@ from nvllm.layers.fused_moe import FusedMoE
 from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
-from nvllm.models.weights import hf_parameter_shapes, load_weights, random_tensors
+from nvllm.models.weights import hf_parameter_shapes, load_weights, parameter_bytes, random_tensors
+from nvllm.ops.fp8 import FP8, dequantized, quantize_rows
 from nvllm.ops.moe_routing import padding_follows_first, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint
+from tests.helpers.parallel_oracle import prefill_logits
 from tests.helpers.transformers_parity import assert_greedy_equals_transformers
 from tests.helpers.triton_interpreter import run_in_interpreter
 
@@ -40,16 +43,20 @@ def test_greedy_tokens_and_logprobs_equal_transformers(moe_checkpoint, tp):
     assert_greedy_equals_transformers(moe_checkpoint, tensor_parallel_size=tp)
 
 
-@pytest.mark.parametrize("routing_kernel", [False, True])
-def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint, routing_kernel):
+@pytest.mark.parametrize("routing_kernel, quantization", [(False, "none"), (True, "none"), (False, "fp8")])
+def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint, routing_kernel, quantization):
     """The router and `nvllm::fused_experts` (or, with `model.moe_routing_kernel`, `nvllm::routed_experts`)
-    inside the compiled regions (fullgraph=True): the sparse and the dense layer are a graph each (and each
-    again for cascade decode), the final norm one; no graph breaks, no recompiles after warm-up, the default
-    eager model's tokens."""
+    inside the compiled regions (fullgraph=True), on fp8 experts with their scales too: the sparse and the
+    dense layer are a graph each (and each again for cascade decode), the final norm one; no graph breaks,
+    no recompiles after warm-up, the default eager model's tokens."""
     prompts = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
     staggered = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (12, 7, 3)]
     settings = dict(
-        kvcache_block_size=16, num_kvcache_blocks=64, max_num_batched_tokens=32, max_model_len=128
+        kvcache_block_size=16,
+        num_kvcache_blocks=64,
+        max_num_batched_tokens=32,
+        max_model_len=128,
+        model__quantization=quantization,
     )
     with LLM(str(moe_checkpoint), enforce_eager=True, **settings) as eager:
         expected = [o.outputs[0].token_ids for o in eager.generate(prompts, staggered, use_tqdm=False)]
@@ -200,9 +207,48 @@ def test_a_routing_the_engine_does_not_implement_is_refused_by_name(
         model_from_checkpoint(config_json(tmp_path, moe_checkpoint, **changes))
 
 
-def test_fp8_experts_are_refused_by_name(moe_checkpoint):
-    with pytest.raises(ValueError, match="quantization='fp8' is not implemented for MoE experts"):
-        LLM(str(moe_checkpoint), enforce_eager=True, model__quantization="fp8", max_model_len=64)
+FP8_PROMPTS = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 17]
+FP8_SETTINGS = dict(
+    model__quantization="fp8", kvcache_block_size=16, num_kvcache_blocks=32, max_model_len=128
+)
+
+
+def dequantize_like_the_engine(hf: torch.nn.Module) -> None:
+    """Every matrix of the decoder layers but the routers replaced by what its fp8 form stands for: a
+    scale per row of each expert (`[E, out, in]`, as the engine's) and of each projection."""
+    for name, param in hf.model.layers.named_parameters():
+        if param.dim() >= 2 and not name.endswith("mlp.gate.weight"):
+            rows = param.data.reshape(-1, param.shape[-1])
+            param.data = dequantized(*quantize_rows(rows), torch.float32).view(param.shape)
+
+
+def test_fp8_experts_compute_what_transformers_does_holding_the_dequantized_weights(moe_checkpoint):
+    hf = transformers.Qwen3MoeForCausalLM.from_pretrained(str(moe_checkpoint), dtype=torch.float32).eval()
+    with torch.no_grad():
+        unquantized = [hf(torch.tensor([p])).logits[0, -1] for p in FP8_PROMPTS]
+        dequantize_like_the_engine(hf)
+        expected = [hf(torch.tensor([p])).logits[0, -1] for p in FP8_PROMPTS]
+    with LLM(str(moe_checkpoint), enforce_eager=True, **FP8_SETTINGS) as llm:
+        model = llm.model_runner.model
+        moe = next(m for m in model.modules() if isinstance(m, FusedMoE))
+        assert moe.experts.gate_up_proj.dtype == moe.experts.down_proj.dtype == FP8
+        assert moe.gate.weight.dtype == torch.float32  # the router is not quantized
+        # what the memory check and the profiler count is what the model holds (weights and scales)
+        held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        rotary = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if "rotary" in n)
+        counted = sum(parameter_bytes(llm.config.model, torch.float32).values())
+        assert held - rotary == counted
+        ours = prefill_logits(llm, FP8_PROMPTS)
+    for row, reference, exact in zip(ours, expected, unquantized):
+        torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
+        assert (row - exact).abs().max() > 1e-2  # the experts were quantized
+
+
+def test_tp2_computes_what_tp1_does_with_fp8_experts(moe_checkpoint):
+    with LLM(str(moe_checkpoint), enforce_eager=True, **FP8_SETTINGS) as llm:
+        expected = prefill_logits(llm, FP8_PROMPTS)
+    with LLM(str(moe_checkpoint), enforce_eager=True, tensor_parallel_size=2, **FP8_SETTINGS) as llm:
+        torch.testing.assert_close(prefill_logits(llm, FP8_PROMPTS), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_missing_expert_tensor_is_named(moe_checkpoint):
@@ -258,3 +304,16 @@ def test_a_step_reads_the_experts_its_tokens_touch():
     attention = 2048 * (32 * 128 + 2 * 4 * 128) + 32 * 128 * 2048
     experts = 2048 * 128 + 8 * 3 * 2048 * 768
     assert work.linear_flops_per_token == 2 * 48 * (attention + experts)
+
+
+def test_fp8_experts_count_a_byte_an_element_and_a_scale_a_row():
+    """Qwen3-30B-A3B with `quantization=fp8`: the experts (and the attention projections) a byte an element
+    and 4 bytes of scale a row, the routers in the model's dtype."""
+    config = dataclasses.replace(PRESETS["qwen3-30b-a3b"], quantization="fp8")
+    work = ModelWork.of(config, torch.bfloat16)
+    assert work.expert_bytes == 48 * 128 * (3 * 2048 * 768 + 4 * (768 + 768 + 2048))
+    bf16 = ModelWork.of(PRESETS["qwen3-30b-a3b"], torch.bfloat16)
+    attention = 48 * (2048 * (32 + 2 * 4) * 128 + 32 * 128 * 2048)
+    attention_scales = 48 * 4 * ((32 + 2 * 4) * 128 + 2048)
+    # the attention projections' bytes halve (less their scales); the routers' and the rest stay
+    assert work.weight_bytes_per_step == bf16.weight_bytes_per_step - (attention - attention_scales)

@@ -1,6 +1,6 @@
-"""Qwen3-MoE on the GPU: the Triton grouped matmuls against the torch reference within bf16 noise (eager and
-replayed in a CUDA graph, which they must allow: no host sync), and the engine on a small random MoE
-checkpoint against transformers in fp32 with the near-tie rule (tests/helpers/gpu_parity.py).
+"""Qwen3-MoE on the GPU: the Triton grouped matmuls against the torch reference within bf16 noise (eager, on
+fp8 experts too, and replayed in a CUDA graph, which they must allow: no host sync), and the engine on a small
+random MoE checkpoint against transformers in fp32 with the near-tie rule (tests/helpers/gpu_parity.py).
 `python -m pytest -m gpu tests/models/test_qwen3_moe_gpu.py`."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from experiments.harness.parity import precision_noise
+from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route
 from tests.helpers.family_checkpoints import write_family_checkpoint
@@ -45,6 +46,27 @@ def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens):
     exact = experts_reference(*[t.float() if t.is_floating_point() else t for t in bf16])
     reference = experts_reference(*bf16).float()
     ours = grouped_experts(*bf16).float()
+    assert relative_error(ours, exact) <= 1.5 * relative_error(reference, exact) + 1e-3
+    assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
+
+
+@pytest.mark.parametrize("num_tokens", [1, 64, 256, 4096])
+def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_noise(num_tokens):
+    """The experts quantized a scale per row (`model.quantization=fp8`): the kernels, on bf16 activations,
+    against the reference's fp32 product with the same fp8 experts, no further from it than the reference
+    computed in bf16."""
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+
+    x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
+    experts = []
+    for weight in (gate_up, down):
+        q, scale = quantize_rows(weight.reshape(-1, weight.shape[-1]))
+        experts.append((q.view(weight.shape), scale.view(weight.shape[:2])))
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = experts
+    x, weights = x.to(torch.bfloat16), weights.to(torch.bfloat16)
+    exact = experts_reference(x.float(), gate_up_q, down_q, weights.float(), ids, gate_up_scale, down_scale)
+    reference = experts_reference(x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale).float()
+    ours = grouped_experts(x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale).float()
     assert relative_error(ours, exact) <= 1.5 * relative_error(reference, exact) + 1e-3
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 

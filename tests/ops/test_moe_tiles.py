@@ -79,3 +79,49 @@ torch.testing.assert_close(sum_pairs(pairs, top_k, torch.bfloat16).float(), in_o
 assert sum_pairs(pairs[:0], top_k, torch.bfloat16).shape == (0, width)
 """
     )
+
+
+def test_fp8_experts_in_the_interpreter_equal_the_torch_reference():
+    """The grouped matmuls read fp8 experts with a scale per row, after the plain routing and after the
+    fused one; rows of very different magnitudes, so that a scale applied to the wrong row or expert shows."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_route_triton import routed_experts
+from nvllm.ops.moe_routing import route_step
+from nvllm.ops.moe_triton import grouped_experts
+generator = torch.Generator().manual_seed(0)
+
+
+def quantized_experts(weight):
+    q, scale = quantize_rows(weight.reshape(-1, weight.shape[-1]))
+    return q.view(weight.shape), scale.view(weight.shape[:2])
+
+
+# (tokens, experts, top-k, hidden, intermediate): a decode batch, one of many rows an expert, one token
+shapes = [(5, 8, 2, 64, 48), (300, 4, 2, 96, 80), (1, 8, 3, 32, 16)]
+for tokens, experts, top_k, hidden, intermediate in shapes:
+    x = torch.randn(tokens, hidden, generator=generator)
+    gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
+    rows = 2 * intermediate
+    gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
+    down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+    down *= torch.logspace(-1, 1, experts * hidden).view(experts, hidden, 1)
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantized_experts(gate_up), quantized_experts(down)
+    logits = torch.randn(tokens, experts, generator=generator)
+    weights, ids = route_step(logits, None, top_k, True)
+    expected = experts_reference(x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+    scales = (gate_up_scale, down_scale)
+    within = dict(atol=1e-5 * expected.abs().max().item(), rtol=1e-4)  # fp32 sums, in another order
+    ours = grouped_experts(x, gate_up_q, down_q, weights, ids, *scales)
+    torch.testing.assert_close(ours, expected, **within)
+    ours = routed_experts(x, gate_up_q, down_q, logits, None, top_k, True, *scales)
+    torch.testing.assert_close(ours, expected, **within)
+    # the reference is the product with the dequantized experts, which differ from the unquantized ones
+    dequantized = [q.float() * s[..., None] for q, s in ((gate_up_q, gate_up_scale), (down_q, down_scale))]
+    torch.testing.assert_close(expected, experts_reference(x, *dequantized, weights, ids), **within)
+    assert not torch.allclose(expected, experts_reference(x, gate_up, down, weights, ids))
+"""
+    )
