@@ -1,19 +1,21 @@
 """One mixture-of-experts layer of Qwen3-30B-A3B on the GPU (hidden 2048, 128 experts of 768, 8 a token,
-bf16): `nvllm::fused_experts`' Triton path (the sort by expert and the two grouped matmuls) over batch
-sizes from a single stream to a prefill chunk, each time one call inside a CUDA graph with its inputs read
-from memory (`experiments.kernels.skinny_matmul_bench.time_us`), against the bytes of the experts the
-batch touches (counted from its routing, uniform random logits; beside the expected count
-E * (1 - (1 - k/E)^n)).
+bf16; `--fp8`: the experts in fp8 with a scale per row, as `model.quantization=fp8` holds them):
+`nvllm::fused_experts`' Triton path (the sort by expert and the two grouped matmuls) over batch sizes from
+a single stream to a prefill chunk, each time one call inside a CUDA graph with its inputs read from memory
+(`experiments.kernels.skinny_matmul_bench.time_us`), against the bytes of the experts the batch touches
+(counted from its routing, uniform random logits; beside the expected count E * (1 - (1 - k/E)^n)).
 
-`python -m experiments.kernels.moe_bench`"""
+`python -m experiments.kernels.moe_bench [--fp8]`"""
 
 from __future__ import annotations
 
+import argparse
 from functools import partial
 
 import torch
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import grouped_experts, row_tile
 
@@ -28,6 +30,22 @@ def random_experts() -> tuple[torch.Tensor, torch.Tensor]:
     return gate_up, down
 
 
+def layer_experts(fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """`random_experts`, with `fp8` quantized a scale per row: gate/up, down and their scales (None in
+    bf16); and the bytes an expert's weights and scales take."""
+    gate_up, down = random_experts()
+    if not fp8:
+        return gate_up, down, None, None
+    (gate_up, gate_up_scale), (down, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+    return gate_up, down, gate_up_scale, down_scale
+
+
+def expert_bytes(*stacked: torch.Tensor | None) -> int:
+    """The bytes one expert's share of the stacked tensors `[E, ...]` takes (weights, and their scales
+    where quantized; None: no scales)."""
+    return sum(t[0].numel() * t.element_size() for t in stacked if t is not None)
+
+
 def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`tokens` random hidden states, and their routing weights and experts from uniform random logits."""
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
@@ -36,16 +54,16 @@ def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return x, weights, ids
 
 
-def main() -> None:
+def main(fp8: bool) -> None:
     torch.manual_seed(0)
-    gate_up, down = random_experts()
-    expert_bytes = 3 * HIDDEN * INTERMEDIATE * gate_up.element_size()
+    gate_up, down, *scales = layer_experts(fp8)
+    one_expert = expert_bytes(gate_up, down, *scales)
     for tokens in TOKENS:
         x, weights, ids = routed_batch(tokens)
         touched = ids.unique().numel()
         expected = NUM_EXPERTS * (1 - (1 - TOP_K / NUM_EXPERTS) ** tokens)
-        us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids))
-        gb = touched * expert_bytes / 1e9
+        us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids, *scales))
+        gb = touched * one_expert / 1e9
         tflops = 2 * tokens * TOP_K * 3 * HIDDEN * INTERMEDIATE / us / 1e6
         tile = row_tile(tokens * TOP_K, NUM_EXPERTS)
         print(
@@ -57,4 +75,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
+    main(parser.parse_args().fp8)

@@ -17,7 +17,10 @@ multiple of 16, which Triton specializes on). `--jobs N` (default: up to 16) com
 first (Triton keeps them in its disk cache); estimated, not measured: about a minute of compiling on 16
 cores and two of timing on an H200.
 
-`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N]`"""
+`--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
+`FP8_TILE_CONFIGS`.
+
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8]`"""
 
 from __future__ import annotations
 
@@ -38,11 +41,13 @@ from experiments.kernels.moe_bench import (
     INTERMEDIATE,
     NUM_EXPERTS,
     TOP_K,
-    random_experts,
+    expert_bytes,
+    layer_experts,
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops.moe_triton import (
+    FP8_TILE_CONFIGS,
     TILE_CONFIGS,
     GroupedMatmulConfig,
     align_by_expert,
@@ -61,12 +66,17 @@ MATMULS = {"gate/up": True, "down": False}  # name: gated
 BF16_BYTES = 2
 
 
-def in_grid(config: GroupedMatmulConfig, block_m: int, gated: bool, shared_memory: int) -> bool:
+def in_grid(
+    config: GroupedMatmulConfig, block_m: int, gated: bool, shared_memory: int, fp8: bool = False
+) -> bool:
     """Whether the sweep times `config` at `block_m`-row tiles: not where even num_stages - 1 buffers of a
-    slice's tiles overflow `shared_memory` (it would raise OutOfResources), nor with more stages than the
-    reduction loop has slices (nothing left to prefetch), nor, at 32 rows and more, with a 16-column strip
-    (each program reads its rows of the input again for a sliver of the output) or 2 warps."""
-    slice_bytes = (block_m + (2 if gated else 1) * config.block_n) * config.block_k * BF16_BYTES
+    slice's tiles (bf16 activations, bf16 or `fp8` weights) overflow `shared_memory` (it would raise
+    OutOfResources), nor with more stages than the reduction loop has slices (nothing left to prefetch), nor,
+    at 32 rows and more, with a 16-column strip (each program reads its rows of the input again for a
+    sliver of the output) or 2 warps."""
+    weight_bytes = 1 if fp8 else BF16_BYTES
+    weight_rows = (2 if gated else 1) * config.block_n
+    slice_bytes = (block_m * BF16_BYTES + weight_rows * weight_bytes) * config.block_k
     reduction = HIDDEN if gated else INTERMEDIATE
     if (config.num_stages - 1) * slice_bytes > shared_memory:
         return False
@@ -82,15 +92,15 @@ def shared_memory() -> int:
 
 
 @functools.cache
-def experts() -> tuple[torch.Tensor, torch.Tensor]:
+def experts(fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     torch.manual_seed(0)
-    return random_experts()
+    return layer_experts(fp8)
 
 
-def matmul_of_batch(tokens: int, gated: bool) -> tuple[Callable, int, int]:
-    """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens, to be called with
-    its `config`; the batch's row tile and the number of experts it touches."""
-    gate_up, down = experts()
+def matmul_of_batch(tokens: int, gated: bool, fp8: bool) -> tuple[Callable, int, int]:
+    """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens (on `fp8` experts),
+    to be called with its `config`; the batch's row tile and the number of experts it touches."""
+    gate_up, down, gate_up_scale, down_scale = experts(fp8)
     x, weights, ids = routed_batch(tokens)
     num_pairs = tokens * TOP_K
     block_m = row_tile(num_pairs, NUM_EXPERTS)
@@ -101,18 +111,20 @@ def matmul_of_batch(tokens: int, gated: bool) -> tuple[Callable, int, int]:
     )
     activated = torch.randn(num_pairs, INTERMEDIATE, device="cuda", dtype=torch.bfloat16)
     if gated:
-        operands = dict(a=x, w=gate_up, out=activated, divisor=TOP_K, gated=True, weighted=False)
+        operands = dict(a=x, w=gate_up, w_scale=gate_up_scale, out=activated, divisor=TOP_K, gated=True)
+        operands.update(weighted=False)
     else:
         out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
-        operands = dict(a=activated, w=down, out=out, divisor=1, gated=False, weighted=True)
+        operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
+        operands.update(weighted=True)
     run = functools.partial(grouped_matmul, **operands, **tiles)
     return run, block_m, ids.unique().numel()
 
 
-def compile_one(trial: tuple[int, bool, GroupedMatmulConfig]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, config)`."""
-    tokens, gated, config = trial
-    run, _, _ = matmul_of_batch(tokens, gated)
+def compile_one(trial: tuple[int, bool, bool, GroupedMatmulConfig]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, config)`."""
+    tokens, gated, fp8, config = trial
+    run, _, _ = matmul_of_batch(tokens, gated, fp8)
     try:
         run(config=config)
     except triton.runtime.errors.OutOfResources:
@@ -120,7 +132,7 @@ def compile_one(trial: tuple[int, bool, GroupedMatmulConfig]) -> None:
     torch.cuda.synchronize()
 
 
-def compile_all(token_counts: list[int], jobs: int) -> None:
+def compile_all(token_counts: list[int], jobs: int, fp8: bool) -> None:
     """`compile_one` over the grid in `jobs` processes, once per kernel specialization: token counts with
     the same row tile, whose pair counts are alike multiples of 16 or not, share their kernels."""
     # by its name, so the workers can find `compile_one`
@@ -131,23 +143,23 @@ def compile_all(token_counts: list[int], jobs: int) -> None:
         block_m = row_tile(tokens * TOP_K, NUM_EXPERTS)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
-        (tokens, gated, config)
+        (tokens, gated, fp8, config)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in GRID
-        if in_grid(config, block_m, gated, shared_memory())
+        if in_grid(config, block_m, gated, shared_memory(), fp8)
     ]
     print(f"compiling {len(trials)} kernels in {jobs} processes", flush=True)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(sweep.compile_one, trials, chunksize=4))
 
 
-def timed_configs(tokens: int, gated: bool) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
+def timed_configs(tokens: int, gated: bool, fp8: bool) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
     """µs per call of each configuration of the grid that fits (and of the table's); the row tile and
     the experts touched."""
-    run, block_m, touched = matmul_of_batch(tokens, gated)
-    configs = [c for c in GRID if in_grid(c, block_m, gated, shared_memory())]
-    table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated)
+    run, block_m, touched = matmul_of_batch(tokens, gated, fp8)
+    configs = [c for c in GRID if in_grid(c, block_m, gated, shared_memory(), fp8)]
+    table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
     times = {}
     for config in configs + ([] if table in configs else [table]):
         try:
@@ -161,20 +173,18 @@ def launch(config: GroupedMatmulConfig) -> str:
     return f"({config.block_n}, {config.block_k}, {config.num_warps}, {config.num_stages})"
 
 
-def sweep(token_counts: list[int]) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
+def sweep(token_counts: list[int], fp8: bool) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
     """Times every matmul at every token count; prints each one's fastest configuration against the
     table's."""
-    expert_bytes = {
-        "gate/up": 2 * INTERMEDIATE * HIDDEN * BF16_BYTES,
-        "down": HIDDEN * INTERMEDIATE * BF16_BYTES,
-    }
+    gate_up, down, gate_up_scale, down_scale = experts(fp8)
+    one_expert = {"gate/up": expert_bytes(gate_up, gate_up_scale), "down": expert_bytes(down, down_scale)}
     results = {}
     for tokens in token_counts:
         for name, gated in MATMULS.items():
-            times, block_m, touched = timed_configs(tokens, gated)
+            times, block_m, touched = timed_configs(tokens, gated, fp8)
             best = min(times, key=times.get)
-            table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated)
-            gb = touched * expert_bytes[name] / 1e9
+            table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
+            gb = touched * one_expert[name] / 1e9
             was = times.get(table, math.nan)  # nan where the table's configuration does not fit
             print(
                 f"{tokens:5d} tokens {name:7s} (tile {block_m:2d} rows, {touched:3d} experts, "
@@ -187,11 +197,14 @@ def sweep(token_counts: list[int]) -> dict[tuple[int, str], dict[GroupedMatmulCo
     return results
 
 
-def print_table(token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]]):
-    """`TILE_CONFIGS` with each swept band's configuration per matmul: the one with the least time summed
-    over the band's token counts (of those timed at all of them); bands without a swept token count kept."""
+def print_table(
+    token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]], fp8: bool
+):
+    """`TILE_CONFIGS` (`FP8_TILE_CONFIGS`) with each swept band's configuration per matmul: the one with the
+    least time summed over the band's token counts (of those timed at all of them); bands without a swept
+    token count kept."""
     rows = []
-    for band, (most, *current) in enumerate(TILE_CONFIGS):
+    for band, (most, *current) in enumerate(FP8_TILE_CONFIGS if fp8 else TILE_CONFIGS):
         counts = [t for t in token_counts if config_band(t * TOP_K, NUM_EXPERTS) == band]
         chosen = []
         for name, table in zip(MATMULS, current):
@@ -210,7 +223,8 @@ def print_table(token_counts: list[int], results: dict[tuple[int, str], dict[Gro
         most_text = "math.inf" if math.isinf(most) else repr(most)
         gate_up, down = (f"GroupedMatmulConfig{launch(config)}" for config in chosen)
         rows.append(f"    ({most_text}, {gate_up}, {down}),")
-    print("TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (")
+    name = "FP8_TILE_CONFIGS" if fp8 else "TILE_CONFIGS"
+    print(f"{name}: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (")
     print("\n".join(rows))
     print(")")
 
@@ -230,7 +244,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
     )
+    parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
     args = parser.parse_args()
     if args.jobs:
-        compile_all(args.tokens, args.jobs)
-    print_table(args.tokens, sweep(args.tokens))
+        compile_all(args.tokens, args.jobs, args.fp8)
+    print_table(args.tokens, sweep(args.tokens, args.fp8), args.fp8)

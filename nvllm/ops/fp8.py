@@ -27,11 +27,12 @@ FP8_MAX = torch.finfo(FP8).max  # 448
 
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(q, scale)`: `weight` `[rows, cols]` in float8 e4m3 and a scale per row (fp32), `weight ≈ q * scale`.
-    A row of zeros gets scale 1 (and stays zeros)."""
-    amax = weight.abs().amax(dim=1).float()
+    """`(q, scale)`: `weight` `[..., rows, cols]` (a matrix, or a stack of them as MoE experts are) in float8
+    e4m3 and a scale per row (fp32, `[..., rows]`), `weight ≈ q * scale[..., None]`. A row of zeros gets
+    scale 1 (and stays zeros)."""
+    amax = weight.abs().amax(dim=-1).float()
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (weight.float() / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    q = (weight.float() / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q, scale
 
 

@@ -62,16 +62,21 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 )
 
 
+# fp8 experts' launch shapes, by the same bands. A tile of fp8 weight is half the bytes and twice the
+# instructions to convert, so its best shapes may differ; not yet swept (`moe_tile_sweep --fp8`): bf16's.
+FP8_TILE_CONFIGS = TILE_CONFIGS
+
+
 def config_band(num_pairs: int, num_experts: int) -> int:
     """The index in `TILE_CONFIGS` of the band of `num_pairs` pairs over `num_experts` experts."""
     per_expert = num_pairs / num_experts
     return next(band for band, (most, _, _) in enumerate(TILE_CONFIGS) if per_expert <= most)
 
 
-def matmul_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
+def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = False) -> GroupedMatmulConfig:
     """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
-    `num_experts` experts."""
-    _, gate_up, down = TILE_CONFIGS[config_band(num_pairs, num_experts)]
+    `num_experts` experts (`fp8`: experts stored in fp8)."""
+    _, gate_up, down = (FP8_TILE_CONFIGS if fp8 else TILE_CONFIGS)[config_band(num_pairs, num_experts)]
     return gate_up if gated else down
 
 
@@ -379,7 +384,8 @@ def aligned_experts(
     pair_weights = topk_weights.flatten().contiguous()
     activated = x.new_empty((num_pairs, intermediate))
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
-    gate_up_config = matmul_config(num_pairs, num_experts, gated=True)
+    fp8 = gate_up_scale is not None
+    gate_up_config = matmul_config(num_pairs, num_experts, gated=True, fp8=fp8)
     grouped_matmul(
         x,
         gate_up,
@@ -392,7 +398,7 @@ def aligned_experts(
         w_scale=gate_up_scale,
     )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
-    down_config = matmul_config(num_pairs, num_experts, gated=False)
+    down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)
     grouped_matmul(
         activated,
         down,

@@ -29,6 +29,10 @@ def test_quantize_rows_scales_each_row_to_the_formats_range_and_rounds_once():
     # e4m3 keeps 3 mantissa bits: half an ulp is 2^-4 of a normal value, 2^-10 of the scale below them
     error = (dequantized(q, scale, torch.float32) - weight).abs()
     assert (error <= 2**-4 * weight.abs() + 2**-10 * scale[:, None]).all()
+    # a stack of matrices (MoE experts `[E, rows, cols]`): each row of each matrix, as alone
+    stacked_q, stacked_scale = quantize_rows(torch.stack([weight, 4 * weight.flip(0)]))
+    assert stacked_scale.shape == (2, 6) and torch.equal(stacked_scale[0], scale)
+    assert torch.equal(stacked_q[0], q) and torch.equal(stacked_q[1], q.flip(0))
 
 
 def test_engine_matches_transformers_holding_the_dequantized_weights(tiny_checkpoint):

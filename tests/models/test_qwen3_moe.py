@@ -23,7 +23,7 @@ from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
 from nvllm.models.weights import hf_parameter_shapes, load_weights, parameter_bytes, random_tensors
-from nvllm.ops.fp8 import FP8, dequantized, quantize_rows
+from nvllm.ops.fp8 import FP8, quantize_rows
 from nvllm.ops.moe_routing import padding_follows_first, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
@@ -218,8 +218,8 @@ def dequantize_like_the_engine(hf: torch.nn.Module) -> None:
     scale per row of each expert (`[E, out, in]`, as the engine's) and of each projection."""
     for name, param in hf.model.layers.named_parameters():
         if param.dim() >= 2 and not name.endswith("mlp.gate.weight"):
-            rows = param.data.reshape(-1, param.shape[-1])
-            param.data = dequantized(*quantize_rows(rows), torch.float32).view(param.shape)
+            q, scale = quantize_rows(param.data)
+            param.data = q.float() * scale[..., None]
 
 
 def test_fp8_experts_compute_what_transformers_does_holding_the_dequantized_weights(moe_checkpoint):

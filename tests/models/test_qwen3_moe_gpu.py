@@ -58,11 +58,7 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
-    experts = []
-    for weight in (gate_up, down):
-        q, scale = quantize_rows(weight.reshape(-1, weight.shape[-1]))
-        experts.append((q.view(weight.shape), scale.view(weight.shape[:2])))
-    (gate_up_q, gate_up_scale), (down_q, down_scale) = experts
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
     x, weights = x.to(torch.bfloat16), weights.to(torch.bfloat16)
     exact = experts_reference(x.float(), gate_up_q, down_q, weights.float(), ids, gate_up_scale, down_scale)
     reference = experts_reference(x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale).float()

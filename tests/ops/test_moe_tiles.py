@@ -95,11 +95,6 @@ from nvllm.ops.moe_triton import grouped_experts
 generator = torch.Generator().manual_seed(0)
 
 
-def quantized_experts(weight):
-    q, scale = quantize_rows(weight.reshape(-1, weight.shape[-1]))
-    return q.view(weight.shape), scale.view(weight.shape[:2])
-
-
 # (tokens, experts, top-k, hidden, intermediate): a decode batch, one of many rows an expert, one token
 shapes = [(5, 8, 2, 64, 48), (300, 4, 2, 96, 80), (1, 8, 3, 32, 16)]
 for tokens, experts, top_k, hidden, intermediate in shapes:
@@ -109,7 +104,7 @@ for tokens, experts, top_k, hidden, intermediate in shapes:
     gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
     down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
     down *= torch.logspace(-1, 1, experts * hidden).view(experts, hidden, 1)
-    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantized_experts(gate_up), quantized_experts(down)
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
     logits = torch.randn(tokens, experts, generator=generator)
     weights, ids = route_step(logits, None, top_k, True)
     expected = experts_reference(x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
