@@ -12,28 +12,21 @@ where to look, and the GPU (`decode_attention_bench --fp8`) says what pays.
 from __future__ import annotations
 
 import argparse
-import collections
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
+from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
 from nvllm.ops import paged_decode_attention as decode_module
 
-HOPPER = GPUTarget("cuda", 90, 32)
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
 ALIGNED = (  # arguments a launch on real tensors finds 16-byte aligned (or divisible by 16), as Triton does
     "query_ptr k_cache_ptr v_cache_ptr block_tables_ptr seqlens_ptr out_ptr lse_ptr query_row_stride "
     "query_head_stride out_row_stride out_head_stride block_table_stride"
 ).split()
-SASS_LINE = re.compile(r"\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
-LABEL = re.compile(r"\.(L_x_\d+):")
-BRANCH = re.compile(r"BRA `?\(?\.?(L_x_\d+)")
 
 
 def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_stages: int = 2):
@@ -67,52 +60,8 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "IN_PTX": True,
         "PDL": True,
     }
-    signature.update(dict.fromkeys(constants, "constexpr"))
-    names = list(signature)
-    source = ASTSource(
-        fn=decode_module._paged_decode_kernel,
-        signature=signature,
-        constexprs={(names.index(name),): value for name, value in constants.items()},
-        attrs={(names.index(name),): [["tt.divisibility", 16]] for name in ALIGNED},
-    )
-    return triton.compile(source, target=HOPPER, options={"num_warps": num_warps, "num_stages": num_stages})
-
-
-def nvidia_tool(name: str) -> str:
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
-
-
-def disassemble(cubin: bytes, directory: Path) -> tuple[str, str]:
-    """The cubin's SASS and its resource usage (registers, shared memory), by Triton's own tools."""
-    path = directory / "kernel.cubin"
-    path.write_bytes(cubin)
-    sass = subprocess.run(
-        [nvidia_tool("nvdisasm"), "-c", str(path)], capture_output=True, text=True, check=True
-    )
-    usage = subprocess.run(
-        [nvidia_tool("cuobjdump"), "--dump-resource-usage", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return sass.stdout, usage.stdout
-
-
-def main_loop_instructions(sass: str) -> collections.Counter:
-    """The instructions between the longest backward branch and its target (the KV loop), by opcode."""
-    lines = sass.splitlines()
-    labels = {match.group(1): i for i, line in enumerate(lines) if (match := LABEL.match(line.strip()))}
-    loop = None
-    for i, line in enumerate(lines):
-        match = BRANCH.search(line)
-        if match and labels.get(match.group(1), i) < i:
-            start = labels[match.group(1)]
-            if loop is None or i - start > loop[1] - loop[0]:
-                loop = (start, i)
-    if loop is None:
-        return collections.Counter()
-    return collections.Counter(
-        match.group(1) for line in lines[loop[0] : loop[1] + 1] if (match := SASS_LINE.match(line))
+    return compile_for_hopper(
+        decode_module._paged_decode_kernel, signature, constants, ALIGNED, num_warps, num_stages
     )
 
 

@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 
@@ -215,6 +216,7 @@ def _grouped_matmul_kernel(
     GATED: tl.constexpr,
     WEIGHTED: tl.constexpr,
     SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -239,11 +241,11 @@ def _grouped_matmul_kernel(
         a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :], valid[:, None] & k_inside[None, :], 0.0)
         w_mask = k_inside[:, None] & inside[None, :]
         # an fp8 weight converted to a's dtype, exactly (every e4m3 value is a bf16 value)
-        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0).to(a.dtype)
-        acc = tl.dot(a, w, acc)
+        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0)
+        acc = tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS), acc)
         if GATED:
             w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
-            acc_up = tl.dot(a, w_up.to(a.dtype), acc_up)
+            acc_up = tl.dot(a, to_dot_dtype(w_up, a.dtype, MOVE_BITS), acc_up)
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     if SCALED:  # a row's scale comes out of its dot products (nvllm.ops.fp8)
         scales = w_scale_ptr + expert.to(tl.int64) * stride_se + columns
@@ -300,6 +302,7 @@ def grouped_matmul(
         GATED=gated,
         WEIGHTED=weighted,
         SCALED=w_scale is not None,
+        MOVE_BITS=moves_bits(w, a),
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,

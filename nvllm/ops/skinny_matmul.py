@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_for_prior_kernel
 
 MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
@@ -59,11 +60,13 @@ def _skinny_matmul_kernel(
     BLOCK_K: tl.constexpr,
     GATED: tl.constexpr,
     SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
     LINE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's.
-    SCALED: an fp8 weight, converted to x's dtype (exactly), each output column times its row's scale."""
+    SCALED: an fp8 weight, converted to x's dtype (exactly; by `nvllm.ops.e4m3_to_bf16` where MOVE_BITS),
+    each output column times its row's scale."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
@@ -80,12 +83,12 @@ def _skinny_matmul_kernel(
         )
         w_mask = (columns[:, None] < n) & (ks[None, :] < k)
         w = tl.load(w_ptr + columns[:, None] * w_row_stride + ks[None, :], mask=w_mask, other=0.0)
-        acc += tl.dot(x, tl.trans(w.to(x.dtype)))
+        acc += tl.dot(x, tl.trans(to_dot_dtype(w, x.dtype, MOVE_BITS)))
         if GATED:
             w_up = tl.load(
                 w_ptr + (n + columns[:, None]) * w_row_stride + ks[None, :], mask=w_mask, other=0.0
             )
-            acc_up += tl.dot(x, tl.trans(w_up.to(x.dtype)))
+            acc_up += tl.dot(x, tl.trans(to_dot_dtype(w_up, x.dtype, MOVE_BITS)))
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     if SCALED:
         acc *= tl.load(scale_ptr + columns, mask=columns < n, other=0.0)[None, :]
@@ -174,6 +177,7 @@ def skinny_matmul(
         BLOCK_K=block_k,
         GATED=gated,
         SCALED=weight_scale is not None,
+        MOVE_BITS=moves_bits(weight, x),
         LINE=128 // weight.element_size(),
         num_warps=num_warps,
         num_stages=num_stages,

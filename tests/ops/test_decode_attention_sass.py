@@ -11,13 +11,14 @@ pytest.importorskip("triton")
 
 
 def test_an_fp8_value_tile_is_read_from_shared_memory_in_words_not_bytes():
-    from experiments.kernels import decode_attention_sass as sass_tool
+    from experiments.kernels.decode_attention_sass import compile_kernel
+    from experiments.kernels.hopper_sass import disassemble, main_loop_instructions, nvidia_tool
 
-    if not Path(sass_tool.nvidia_tool("ptxas")).exists():
+    if not Path(nvidia_tool("ptxas")).exists():
         pytest.skip("this Triton has no NVIDIA backend tools")
     with tempfile.TemporaryDirectory() as directory:
-        kernel = sass_tool.compile_kernel("fp8", group=2, tile=128)
-        sass, _ = sass_tool.disassemble(kernel.asm["cubin"], Path(directory))
-    loop = sass_tool.main_loop_instructions(sass)
+        kernel = compile_kernel("fp8", group=2, tile=128)
+        sass, _ = disassemble(kernel.asm["cubin"], Path(directory))
+    loop = main_loop_instructions(sass)
     assert loop["F2FP.F16.E4M3.UNPACK_B"] == 128  # 2 x 128 x 128 elements / 128 threads, two an instruction
     assert not any(op.startswith("LDS.U8") for op in loop)

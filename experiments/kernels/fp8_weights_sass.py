@@ -1,0 +1,132 @@
+"""The matmul kernels that read weights, compiled for Hopper (sm_90) with no GPU, over bf16 and fp8 weights:
+the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes
+and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's. Per kernel, the
+main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
+gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by
+opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes several times the
+instructions, a kernel that was bound by memory can become bound by issue.
+
+`python -m experiments.kernels.fp8_weights_sass` (needs a Triton with its NVIDIA backend; no GPU)"""
+
+from __future__ import annotations
+
+import tempfile
+from functools import partial
+from pathlib import Path
+
+from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
+from nvllm.ops import moe_triton, skinny_matmul
+
+# opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
+# element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
+CONVERSIONS = ("F2FP", "F2F.", "PRMT", "IMAD.MOV", "HMUL2", "SHF", "LOP3")
+
+
+def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
+    """The skinny kernel for an `n x k` weight (packed gate/up where `gated`) at its table's shape."""
+    block_n, block_k, warps, stages = skinny_matmul.skinny_config(n, k, gated)
+    signature = {
+        "x_ptr": "*bf16",
+        "w_ptr": f"*{weight}",
+        "y_ptr": "*bf16",
+        "scale_ptr": "*fp32",
+        "num_rows": "i32",
+        "n": "i32",
+        "k": "i32",
+        "x_row_stride": "i32",
+        "w_row_stride": "i32",
+        "y_row_stride": "i32",
+    }
+    constants = dict(
+        BLOCK_M=skinny_matmul.MAX_ROWS,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        GATED=gated,
+        SCALED=weight != "bf16",
+        MOVE_BITS=move_bits,
+        LINE=128 if weight != "bf16" else 64,
+        PDL=True,
+    )
+    aligned = ("x_ptr", "w_ptr", "y_ptr", "n", "k", "x_row_stride", "w_row_stride", "y_row_stride")
+    kernel = compile_for_hopper(
+        skinny_matmul._skinny_matmul_kernel, signature, constants, aligned, warps, stages
+    )
+    return kernel, block_n * block_k * (2 if gated else 1), warps
+
+
+def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
+    """A Qwen3-30B-A3B layer's gate/up (`gated`) or down grouped matmul at `pairs` pairs over 128 experts."""
+    block_m = moe_triton.row_tile(pairs, 128)
+    config = moe_triton.matmul_config(pairs, 128, gated, fp8=weight != "bf16")
+    signature = {
+        "a_ptr": "*bf16",
+        "w_ptr": f"*{weight}",
+        "w_scale_ptr": "*fp32",
+        "out_ptr": "*bf16" if gated else "*fp32",
+        "sorted_pairs_ptr": "*i32",
+        "tile_expert_ptr": "*i32",
+        "pair_weights_ptr": "*bf16",
+        "num_pairs": "i32",
+        "num_experts": "i32",
+        "N": "i32",
+        "K": "i32",
+        "stride_am": "i32",
+        "stride_we": "i32",
+        "stride_wn": "i32",
+        "stride_se": "i32",
+        "stride_om": "i32",
+    }
+    constants = dict(
+        A_ROW_DIVISOR=8 if gated else 1,
+        GATED=gated,
+        WEIGHTED=not gated,
+        SCALED=weight != "bf16",
+        MOVE_BITS=move_bits,
+        BLOCK_M=block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        PDL=True,
+    )
+    aligned = ("a_ptr", "w_ptr", "out_ptr", "N", "K", "stride_am", "stride_we", "stride_wn", "stride_om")
+    kernel = compile_for_hopper(
+        moe_triton._grouped_matmul_kernel, signature, constants, aligned, config.num_warps, config.num_stages
+    )
+    return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
+
+
+KERNELS = {
+    "skinny, Qwen3-8B q/k/v 6144x4096": partial(skinny, n=6144, k=4096, gated=False),
+    "skinny, Qwen3-8B o 4096x4096": partial(skinny, n=4096, k=4096, gated=False),
+    "skinny, Qwen3-8B gate/up 2x12288x4096": partial(skinny, n=24576, k=4096, gated=True),
+    "skinny, Qwen3-8B down 4096x12288": partial(skinny, n=4096, k=12288, gated=False),
+    "skinny, Qwen3-30B-A3B q/k/v 5120x2048": partial(skinny, n=5120, k=2048, gated=False),
+    "grouped gate/up, 1 token (8 pairs)": partial(grouped, gated=True, pairs=8),
+    "grouped down, 1 token (8 pairs)": partial(grouped, gated=False, pairs=8),
+    "grouped gate/up, 256 tokens": partial(grouped, gated=True, pairs=2048),
+    "grouped gate/up, prefill 2048 tokens": partial(grouped, gated=True, pairs=16384),
+}
+# (label, weight dtype, bits moved): bf16 weights, fp8 by Triton's conversion, fp8 by `nvllm.ops.e4m3_to_bf16`
+WEIGHTS = [("bf16", "bf16", False), ("fp8", "fp8e4nv", False), ("fp8 bits", "fp8e4nv", True)]
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, build in KERNELS.items():
+            for label, weight, move_bits in WEIGHTS:
+                kernel, elements, warps = build(weight, move_bits=move_bits)
+                sass, _ = disassemble(kernel.asm["cubin"], Path(scratch))
+                loop = main_loop_instructions(sass)
+                total = sum(loop.values())
+                weight_bytes = elements * (1 if weight == "fp8e4nv" else 2)
+                converting = {op: n for op, n in loop.items() if op.startswith(CONVERSIONS)}
+                print(
+                    f"{name:38s} {label:8s}: loop {total:4d} instructions a warp x {warps} warps, "
+                    f"{weight_bytes // 1024:3d} KiB of weight, "
+                    f"{weight_bytes / (total * warps):5.1f} B a warp instruction | "
+                    + ", ".join(f"{op} {n}" for op, n in sorted(converting.items())),
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
