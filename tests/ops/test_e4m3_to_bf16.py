@@ -39,7 +39,7 @@ def run_ptx(asm: str, word: int) -> list[int]:
             continue
         if op == "mov.b32":
             registers[args[0]] = value(args[1])
-        elif op == "prmt.b32":  # default mode: a selector nibble picks a byte of {b, a}; bit 3 copies its sign
+        elif op == "prmt.b32":  # default mode: a nibble picks a byte of {b, a}; its bit 3 copies the sign
             source = value(args[1]) | value(args[2]) << 32
             result = 0
             for i in range(4):
