@@ -5,7 +5,9 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 (`experiments.kernels.skinny_matmul_bench.time_us`), against the bytes of the experts the batch touches
 (counted from its routing, uniform random logits; beside the expected count E * (1 - (1 - k/E)^n)).
 
-`python -m experiments.kernels.moe_bench [--fp8]`"""
+`--move-bits` has the kernels convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`).
+
+`python -m experiments.kernels.moe_bench [--fp8 [--move-bits]]`"""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from functools import partial
 import torch
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import grouped_experts, row_tile
@@ -77,4 +80,9 @@ def main(fp8: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
-    main(parser.parse_args().fp8)
+    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
+    args = parser.parse_args()
+    if args.move_bits and not args.fp8:
+        parser.error("--move-bits converts fp8 experts: it needs --fp8")
+    e4m3_to_bf16.ENABLED = args.move_bits
+    main(args.fp8)

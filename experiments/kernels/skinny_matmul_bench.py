@@ -8,7 +8,8 @@ read of a buffer larger than the L2 cache (the read's own time taken off): in a 
 is read once, with the other layers' in between, so a weight never is in the L2 when its matmul starts.
 
 With `--fp8`, the weights in float8 with a scale per row (`model.quantization=fp8`): `torch._scaled_mm`
-(activations quantized per token) against the skinny kernel on the fp8 weight.
+(activations quantized per token) against the skinny kernel on the fp8 weight; `--move-bits` has the kernel
+convert the weight by moving bits (`nvllm.ops.e4m3_to_bf16`) instead of Triton's conversion.
 
 `--wide` sweeps a larger grid (longer K slices, 8 warps, 2 to 6 stages) over the decoder layers' shapes,
 for shapes where no configuration of the table's grid reaches the memory's bandwidth; `--model` keeps one
@@ -17,8 +18,8 @@ model's shapes.
 A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
 (Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
 
-`python -m experiments.kernels.skinny_matmul_bench [--gated] [--fp8] [--wide] [--model M] [--jobs N]
-[--compile-only]`"""
+`python -m experiments.kernels.skinny_matmul_bench [--gated] [--fp8 [--move-bits]] [--wide] [--model M]
+[--jobs N] [--compile-only]`"""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
@@ -167,10 +169,12 @@ def gated_projections() -> None:
         print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
 
 
-def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool]) -> None:
-    """Compiles the kernel for `(config, rows, gated, fp8)`, the specialization the timing pass will ask for:
-    the sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples of 16)."""
-    config, rows, gated, fp8 = trial
+def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool, bool]) -> None:
+    """Compiles the kernel for `(config, rows, gated, fp8, move_bits)`, the specialization the timing pass
+    will ask for: the sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples
+    of 16)."""
+    config, rows, gated, fp8, move_bits = trial
+    e4m3_to_bf16.ENABLED = move_bits
     weight = torch.zeros(512, 1024, device="cuda", dtype=torch.bfloat16)
     scale = None
     if fp8:
@@ -187,7 +191,7 @@ def compile_all(configs: list, gated: bool, fp8: bool, jobs: int) -> None:
     # by its name, so the workers can find `compile_one`
     import experiments.kernels.skinny_matmul_bench as bench
 
-    trials = [(config, m, gated, fp8) for config in configs for m in ROWS]
+    trials = [(config, m, gated, fp8, e4m3_to_bf16.ENABLED) for config in configs for m in ROWS]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(bench.compile_one, trials))
 
@@ -196,6 +200,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
     parser.add_argument("--fp8", action="store_true", help="fp8 weights (not with --gated)")
+    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
     parser.add_argument("--wide", action="store_true", help="the larger grid, the decoder layers' shapes")
     parser.add_argument("--model", choices=sorted(SHAPES), help="one model's shapes (default: both)")
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
@@ -203,6 +208,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.gated and (args.fp8 or args.wide or args.model):
         parser.error("--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model)")
+    if args.move_bits and not args.fp8:
+        parser.error("--move-bits converts fp8 weights: it needs --fp8")
+    e4m3_to_bf16.ENABLED = args.move_bits
     configs = GATED_CONFIGS if args.gated else WIDE_CONFIGS if args.wide else CONFIGS
     models = [args.model] if args.model else list(SHAPES)
     # the wide grid: the decoder layers' shapes, without the LM head (the last)
