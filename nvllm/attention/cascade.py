@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from nvllm.attention.padding import padded_size
+from nvllm.ops.fp8_kv_cache import first_uses
 from nvllm.transfer import to_device
 
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
@@ -55,6 +56,12 @@ def partial_columns() -> int:
 def prefix_slots(num_rows: int) -> int:
     """Slots of the prefix pass: a chunk of every group."""
     return MAX_CASCADE_GROUPS * prefix_chunks(num_rows)
+
+
+def prefix_scratch_blocks(width: int) -> int:
+    """Blocks of the scratch cache that the prefix pass reads an fp8 cache through (`prefix_scratch_tables`):
+    the distinct blocks of every group's prefix at most, each group's chunks splitting its prefix."""
+    return MAX_CASCADE_GROUPS * width
 
 
 # `attention.cascade=auto` serves a group by cascade when the prefix reads it saves per step,
@@ -95,6 +102,11 @@ class CascadePlan:
     has_partial: torch.Tensor  # [rows, partial_columns] bool: whether the row has that chunk
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
     remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
+    # an fp8 cache's prefix blocks are read through a scratch copy (nvllm.ops.fp8_kv_cache): each prefix
+    # entry's block in it, numbered here once a round rather than in every layer of every step, and whether
+    # the entry is its block's first (the one that fills it); entries past a slot's chunk 0 and False
+    prefix_scratch_tables: torch.Tensor  # [slots, width] int32
+    prefix_first_uses: torch.Tensor  # [slots, width] bool
     max_group_size: int  # an upper bound on any group's rows, at least 2
 
     def to(self, device: torch.device | str) -> CascadePlan:
@@ -174,6 +186,7 @@ def plan_cascade(
             plan["prefix_cu_seqlens_k"][slot + 1 :] += (end - first) * block_size
             slot += 1
     plan["prefix_lens"] = (prefix_blocks * block_size).astype(np.int32)
+    number_prefix_entries(plan, block_size)
     # a row's remainder: its blocks after the prefix (the table's last column repeats past its end, unread)
     columns = np.minimum(np.arange(width) + prefix_blocks[:, None], width - 1)
     plan["remainder_block_tables"] = np.take_along_axis(block_tables, columns, axis=1).astype(np.int32)
@@ -181,6 +194,15 @@ def plan_cascade(
         **{name: torch.from_numpy(array) for name, array in plan.items()},
         max_group_size=max(2, max(len(rows) for rows, _ in groups)),
     )
+
+
+def number_prefix_entries(plan: dict[str, np.ndarray], block_size: int) -> None:
+    """The plan's `prefix_scratch_tables` and `prefix_first_uses`, from the blocks each slot's chunk reads."""
+    slot_blocks = np.diff(plan["prefix_cu_seqlens_k"]) // block_size
+    read = np.arange(plan["prefix_block_tables"].shape[1]) < slot_blocks[:, None]
+    scratch_blocks, first = first_uses(torch.from_numpy(plan["prefix_block_tables"][read]))
+    plan["prefix_scratch_tables"][read] = scratch_blocks.numpy()
+    plan["prefix_first_uses"][read] = first.numpy()
 
 
 def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
@@ -195,6 +217,8 @@ def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
         "has_partial": np.zeros((num_rows, partial_columns()), dtype=bool),
         "prefix_lens": np.zeros(num_rows, dtype=np.int32),
         "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
+        "prefix_scratch_tables": np.zeros((slots, width), dtype=np.int32),
+        "prefix_first_uses": np.zeros((slots, width), dtype=bool),
     }
 
 

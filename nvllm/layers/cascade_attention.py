@@ -56,6 +56,8 @@ def cascade_attention(
         meta.max_seqlen_k,
         scale,
         backend,
+        plan.prefix_scratch_tables,
+        plan.prefix_first_uses,
     )
     remainder_lens = meta.seqlens_k - plan.prefix_lens
     remainder_out, remainder_lse = torch.ops.nvllm.decode_attention_with_lse(

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
+from nvllm.attention.cascade import prefix_scratch_blocks
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.paging import blocks_for
-from nvllm.ops.fp8_kv_cache import dequantized_blocks, is_fp8
+from nvllm.ops.fp8_kv_cache import dequantized_blocks, is_fp8, numbered_scratch
 from nvllm.ops.paged_batch import PagedBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
@@ -57,9 +58,26 @@ def _readable(query, k_cache, v_cache, block_tables, max_seqlen_k: int):
 
 
 def prefix_attention(
-    query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    query,
+    k_cache,
+    v_cache,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    block_tables,
+    max_seqlen_q,
+    max_seqlen_k,
+    scale,
+    scratch_block_tables=None,
+    first_uses=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    k_cache, v_cache, block_tables = _readable(query, k_cache, v_cache, block_tables, max_seqlen_k)
+    if is_fp8(k_cache) and scratch_block_tables is not None:  # numbered by the plan, once a round
+        num_scratch_blocks = prefix_scratch_blocks(block_tables.shape[1])
+        k_cache, v_cache = numbered_scratch(
+            k_cache, v_cache, block_tables, scratch_block_tables, first_uses, num_scratch_blocks, query.dtype
+        )
+        block_tables = scratch_block_tables
+    else:
+        k_cache, v_cache, block_tables = _readable(query, k_cache, v_cache, block_tables, max_seqlen_k)
     out, lse, _ = flash_attn_varlen_func(
         query,
         k_cache,

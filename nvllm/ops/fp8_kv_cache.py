@@ -61,16 +61,36 @@ def dequantized_blocks(
     follow the block tables' alone (no host sync: capturable in a CUDA graph); the scratch cache has room
     for every entry, and its blocks past the distinct ones are left unwritten and unaddressed."""
     blocks = block_tables[:, :num_columns]
-    flat = blocks.flatten()
-    scratch_blocks, first = first_uses(flat)
-    scratch_shape = (flat.numel(), *k_cache.shape[1:])
+    scratch_blocks, first = first_uses(blocks.flatten())
+    scratch_tables = scratch_blocks.view(blocks.shape)
+    k_scratch, v_scratch = numbered_scratch(
+        k_cache, v_cache, blocks, scratch_tables, first, blocks.numel(), dtype
+    )
+    return k_scratch, v_scratch, scratch_tables
+
+
+def numbered_scratch(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    scratch_tables: torch.Tensor,
+    first: torch.Tensor,
+    num_scratch_blocks: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A scratch cache of `num_scratch_blocks` blocks in `dtype`, K and V: block `block_tables[i]` of the
+    caches dequantized into block `scratch_tables[i]` for every entry i where `first[i]`. The numbering is
+    `first_uses`', made on the device by `dequantized_blocks`, or on the host where a plan knows the entries
+    in advance (cascade attention's prefix pass, `nvllm.attention.cascade`); other entries write nothing."""
+    blocks, scratch_blocks, first = block_tables.flatten(), scratch_tables.flatten(), first.flatten()
+    scratch_shape = (num_scratch_blocks, *k_cache.shape[1:])
     k_scratch = k_cache.new_empty(scratch_shape, dtype=dtype)
     v_scratch = v_cache.new_empty(scratch_shape, dtype=dtype)
     if k_cache.is_cuda:
         from nvllm.ops.dequantize_blocks_triton import dequantize_first_uses
 
-        dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, flat, scratch_blocks, first)
+        dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, blocks, scratch_blocks, first)
     else:  # the reference (a host sync: the CPU has no graphs to capture)
-        k_scratch[scratch_blocks[first]] = k_cache[flat[first].long()].to(dtype)
-        v_scratch[scratch_blocks[first]] = v_cache[flat[first].long()].to(dtype)
-    return k_scratch, v_scratch, scratch_blocks.view(blocks.shape)
+        k_scratch[scratch_blocks[first].long()] = k_cache[blocks[first].long()].to(dtype)
+        v_scratch[scratch_blocks[first].long()] = v_cache[blocks[first].long()].to(dtype)
+    return k_scratch, v_scratch

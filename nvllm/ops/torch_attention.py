@@ -100,8 +100,20 @@ def _attend_with_lse(query, key, value, scale: float) -> tuple[torch.Tensor, tor
 
 
 def prefix_attention(
-    query, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scale
+    query,
+    k_cache,
+    v_cache,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    block_tables,
+    max_seqlen_q,
+    max_seqlen_k,
+    scale,
+    scratch_block_tables=None,
+    first_uses=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each group's queries against its prefix, read from the cache as it is (an fp8 one converted per
+    element: the scratch numbering is flash-attn's need, not this backend's)."""
     out = query.new_zeros(query.shape)
     lse = torch.full((query.shape[1], query.shape[0]), float("-inf"), device=query.device)
     starts, prefix_starts = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()

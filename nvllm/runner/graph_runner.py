@@ -46,6 +46,8 @@ CASCADE_INPUTS = (
     "has_partial",
     "prefix_lens",
     "remainder_block_tables",
+    "prefix_scratch_tables",
+    "prefix_first_uses",
 )
 
 

@@ -43,8 +43,11 @@ def assert_same_greedy_paths(reference, other) -> None:
             assert theirs in at_parting and at_parting[expected.token_ids[shared]] - at_parting[theirs] < 0.5
 
 
-def test_fp8_cache_inside_cuda_graphs_matches_the_eager_torch_backend(checkpoint):
-    with LLM(str(checkpoint), gpu_memory_utilization=0.4, **SETTINGS) as llm:
+@pytest.mark.parametrize("cascade", ["auto", "on"])
+def test_fp8_cache_inside_cuda_graphs_matches_the_eager_torch_backend(checkpoint, cascade):
+    """`on`: the shared prompts' decode steps by cascade attention, whose prefix pass reads the fp8 blocks
+    through a scratch copy numbered by the round's plan."""
+    with LLM(str(checkpoint), gpu_memory_utilization=0.4, attention__cascade=cascade, **SETTINGS) as llm:
         assert llm.model_runner.graph_runner is not None  # decode steps replay CUDA graphs
         assert llm.model_runner.model.model.layers[0].self_attn.attn.k_cache.dtype == torch.float8_e4m3fn
         compiled = llm.generate(PROMPTS, GREEDY, use_tqdm=False)

@@ -184,6 +184,13 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
         [2, 3, 3, 3],
     ]
     assert plan.saved_kv_tokens == 12 + 8
+    # the chunks' blocks (1; 2, 3; 5; 6) numbered for an fp8 cache's scratch copy, in order of their blocks;
+    # the entries past each chunk (never read) 0 and no first use
+    assert plan.prefix_scratch_tables.tolist() == [[0, 0, 0, 0], [1, 2, 0, 0], [3, 0, 0, 0], [4, 0, 0, 0]]
+    assert (
+        plan.prefix_first_uses.tolist()
+        == [[True, False, False, False], [True, True, False, False]] + [[True, False, False, False]] * 2
+    )
 
 
 def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):

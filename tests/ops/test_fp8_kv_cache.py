@@ -110,6 +110,44 @@ def test_a_block_several_rows_name_is_dequantized_once():
         assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
 
 
+def test_a_cascade_plans_numbering_makes_a_scratch_cache_of_its_prefix_blocks():
+    """Numbered once a round by the plan (`CascadePlan.prefix_scratch_tables`), the prefix pass's scratch
+    cache holds every block a chunk reads, at the entry's scratch block, in as many blocks as
+    `prefix_scratch_blocks` allows for any plan of that width."""
+    import numpy as np
+
+    from nvllm.attention.cascade import plan_cascade, prefix_scratch_blocks
+    from nvllm.ops.fp8_kv_cache import numbered_scratch
+
+    (k_float, v_float), _ = random_fp8_caches(4)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    # two groups: rows 0-2 share blocks 1, 2 (row 2's newest token in block 4), rows 3-4 share block 5
+    tables = np.array([[1, 2, 3], [1, 2, 0], [1, 2, 4], [5, 3, 0], [5, 4, 0]])
+    plan = plan_cascade(tables, np.array([[10, 9, 12, 6, 7]]), BLOCK_SIZE, "on")
+    width = tables.shape[1]
+    k_scratch, v_scratch = numbered_scratch(
+        k_fp8,
+        v_fp8,
+        plan.prefix_block_tables,
+        plan.prefix_scratch_tables,
+        plan.prefix_first_uses,
+        prefix_scratch_blocks(width),
+        torch.float32,
+    )
+    assert k_scratch.shape[0] == prefix_scratch_blocks(width)
+    read = 0
+    for slot, blocks in enumerate(plan.prefix_cu_seqlens_k.diff().div(BLOCK_SIZE).int().tolist()):
+        for column in range(blocks):
+            block, scratch_block = (
+                plan.prefix_block_tables[slot, column],
+                plan.prefix_scratch_tables[slot, column],
+            )
+            assert torch.equal(k_scratch[scratch_block], k_fp8[block].float())
+            assert torch.equal(v_scratch[scratch_block], v_fp8[block].float())
+            read += 1
+    assert read == 3  # blocks 1 and 2 of the first group, 5 of the second
+
+
 def test_the_triton_dequantization_writes_each_first_use_as_the_reference_in_the_interpreter():
     """`dequantize_first_uses` (what CUDA runs) fills the scratch blocks the torch reference fills, and no
     other: a later use of a block writes nothing."""
