@@ -1,7 +1,9 @@
 """How many KV blocks a layer hands flash-attn as a bf16 scratch copy over an fp8 cache, in one decode step
 of the shared-prefix workload (its cascade prefix pass) and one prefill step of suffixes under the cached
 prefix: every entry of the tables, as before 2026-12-03 evening, against each distinct block once
-(`nvllm.ops.fp8_kv_cache.dequantized_blocks`). Counted on the CPU from the planner's own tables; no GPU.
+(`nvllm.ops.fp8_kv_cache.dequantized_blocks`), and for the prefix pass the blocks its chunks read, as the
+round's plan numbers them since 2026-12-04 (`CascadePlan.prefix_scratch_tables`). Counted on the CPU from
+the planner's own tables; no GPU.
 
     python -m experiments.studies.fp8_scratch_blocks [--rows 384] [--prefix-len 1536] [--prefill-rows 200]
 
@@ -60,6 +62,8 @@ def main(rows: int, prefix_len: int, prefill_rows: int) -> None:
             f"{name}: {entries} blocks a layer ({entries * MIB_A_BLOCK:.0f} MiB) before, "
             f"{distinct} ({distinct * MIB_A_BLOCK:.0f} MiB) each distinct block once"
         )
+    planned = int(plan.prefix_first_uses.sum())
+    print(f"decode step's prefix pass, numbered by the plan: {planned} blocks a layer, the chunks' own")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@ Scale: one per tensor, fixed at 1.0 (vLLM's default without calibration): a key 
 saturated at e4m3's largest finite value (448) so that an outlier is clipped instead of becoming NaN. Keys
 come out of the per-head RMSNorm, values out of a projection, both well inside that range and above e4m3's
 smallest normal value for the models served; e4m3's 3 mantissa bits then round each element to within 1/16
-of itself. The dtype of the cache tensors says which format a kernel reads, so no op takes a new argument.
+of itself. The dtype of the cache tensors says which format a kernel reads.
 
 Readers: the torch backend and the Triton decode kernel convert each element to the queries' dtype (exact:
 every e4m3 value is a bf16 value); flash-attn 2, which reads only 16-bit caches, gets the blocks a step's
-block tables name dequantized into a scratch cache of the queries' dtype (`dequantized_blocks`).
+block tables name dequantized into a scratch cache of the queries' dtype (`dequantized_blocks`; for
+cascade's prefix pass `numbered_scratch`, the entries numbered by the round's plan).
 """
 
 from __future__ import annotations

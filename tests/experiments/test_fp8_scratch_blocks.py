@@ -17,3 +17,15 @@ def test_scratch_counts_each_entry_before_and_each_distinct_block_once():
     assert scratch_blocks(tables, max_seqlen_k=512 + 200) == (12, 6)
     # only the prefix's columns reached: 8 entries, 2 distinct blocks
     assert scratch_blocks(tables, max_seqlen_k=512) == (8, 2)
+
+
+def test_a_cascade_plan_numbers_only_the_blocks_its_prefix_chunks_read():
+    import numpy as np
+
+    from experiments.studies.fp8_scratch_blocks import BLOCK
+    from nvllm.attention.cascade import plan_cascade
+
+    tables, lengths = tables_under_a_prefix(rows=6, prefix_len=1536, most_own=600)
+    plan = plan_cascade(tables, lengths[None, :].astype(np.int32), BLOCK, "on")
+    read = plan.prefix_block_tables[plan.prefix_first_uses]
+    assert sorted(read.tolist()) == [1, 2, 3, 4, 5, 6]  # the prefix's six blocks, once each, nothing else
