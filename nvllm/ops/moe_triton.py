@@ -11,9 +11,9 @@ and are masked. Then:
 - the k pairs of a token summed in a fixed order (no atomics: the same inputs give the same bits) and
   rounded once, by a kernel of its own (`sum_pairs`).
 Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
-converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value), each output
-column times its row's scale after the reduction, as the skinny kernel does for dense fp8 weights; the
-activations stay in their dtype.
+converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value; by moving bits
+where `nvllm.ops.e4m3_to_bf16` is enabled), each output column times its row's scale after the reduction, as
+the skinny kernel does for dense fp8 weights; the activations stay in their dtype.
 All four kernels are launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
 after the layer's experts are: every one of them reads what the kernel before it wrote, so each waits first.
 The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
@@ -63,8 +63,9 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 )
 
 
-# fp8 experts' launch shapes, by the same bands. A tile of fp8 weight is half the bytes and twice the
-# instructions to convert, so its best shapes may differ; not yet swept (`moe_tile_sweep --fp8`): bf16's.
+# fp8 experts' launch shapes, by the same bands. A tile of fp8 weight is half the bytes, and converting it
+# adds to the loop's instructions, so its best shapes may differ; not yet swept (`moe_tile_sweep --fp8`):
+# bf16's.
 FP8_TILE_CONFIGS = TILE_CONFIGS
 
 
