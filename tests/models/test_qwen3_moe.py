@@ -125,10 +125,15 @@ def test_padding_tokens_take_the_first_tokens_experts_and_add_nothing():
 
 
 def test_the_triton_grouped_matmuls_in_the_interpreter_equal_the_torch_reference():
+    """In bf16's place fp32, and on fp8 experts (a scale per row; rows of very different magnitudes, so
+    that a scale applied to the wrong row or expert shows), after the plain routing and the fused one."""
     run_in_interpreter(
         """
 import torch
+from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_route_triton import routed_experts
+from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_triton import grouped_experts
 generator = torch.Generator().manual_seed(0)
 # (tokens, experts, top-k, hidden, intermediate): a decode-sized batch, one with experts of many rows (a
@@ -138,10 +143,27 @@ for tokens, experts, top_k, hidden, intermediate in shapes:
     x = torch.randn(tokens, hidden, generator=generator)
     gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
     down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
-    weights, ids = torch.randn(tokens, experts, generator=generator).softmax(-1).topk(top_k, -1)
+    logits = torch.randn(tokens, experts, generator=generator)
+    weights, ids = route_step(logits, None, top_k, True)
     expected = experts_reference(x, gate_up, down, weights, ids)
     ours = grouped_experts(x, gate_up, down, weights, ids)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    # fp8 experts
+    rows = 2 * intermediate
+    gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
+    down *= torch.logspace(-1, 1, experts * hidden).view(experts, hidden, 1)
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+    scales = (gate_up_scale, down_scale)
+    expected = experts_reference(x, gate_up_q, down_q, weights, ids, *scales)
+    within = dict(atol=1e-5 * expected.abs().max().item(), rtol=1e-4)  # fp32 sums, in another order
+    ours = grouped_experts(x, gate_up_q, down_q, weights, ids, *scales)
+    torch.testing.assert_close(ours, expected, **within)
+    ours = routed_experts(x, gate_up_q, down_q, logits, None, top_k, True, *scales)
+    torch.testing.assert_close(ours, expected, **within)
+    # the reference is the product with the dequantized experts, which differ from the unquantized ones
+    dequantized = [q.float() * s[..., None] for q, s in ((gate_up_q, gate_up_scale), (down_q, down_scale))]
+    torch.testing.assert_close(expected, experts_reference(x, *dequantized, weights, ids), **within)
+    assert not torch.allclose(expected, experts_reference(x, gate_up, down, weights, ids))
 """
     )
 
