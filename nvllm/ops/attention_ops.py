@@ -16,7 +16,7 @@ import torch
 
 from nvllm.ops import torch_attention
 from nvllm.ops.op_library import inference_op, register_fake
-from nvllm.ops.paged_batch import PagedBatch
+from nvllm.ops.paged_batch import PagedBatch, PrefixBatch
 
 
 def _flash_attention_module():
@@ -133,19 +133,10 @@ def prefix_attention(
     undefined, and so are a group's whose prefix is empty. `scratch_block_tables` and `first_uses`: the
     entries' numbering for reading an fp8 cache through a scratch copy (`CascadePlan.prefix_scratch_tables`),
     made once a round; without them a backend that needs it numbers the entries itself."""
-    return _implementation(backend).prefix_attention(
-        query,
-        k_cache,
-        v_cache,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        block_tables,
-        max_seqlen_q,
-        max_seqlen_k,
-        scale,
-        scratch_block_tables,
-        first_uses,
+    batch = PrefixBatch(
+        cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scratch_block_tables, first_uses
     )
+    return _implementation(backend).prefix_attention(query, k_cache, v_cache, batch, scale)
 
 
 @register_fake(prefix_attention)

@@ -19,7 +19,7 @@ from nvllm.attention.cascade import prefix_scratch_blocks
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.paging import blocks_for
 from nvllm.ops.fp8_kv_cache import dequantized_blocks, is_fp8, numbered_scratch
-from nvllm.ops.paged_batch import PagedBatch
+from nvllm.ops.paged_batch import PagedBatch, PrefixBatch
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.qk_norm_rope_kernel import qk_norm_rope_store  # noqa: F401  (served as it is)
 
@@ -58,34 +58,30 @@ def _readable(query, k_cache, v_cache, block_tables, max_seqlen_k: int):
 
 
 def prefix_attention(
-    query,
-    k_cache,
-    v_cache,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    block_tables,
-    max_seqlen_q,
-    max_seqlen_k,
-    scale,
-    scratch_block_tables=None,
-    first_uses=None,
+    query, k_cache, v_cache, batch: PrefixBatch, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    if is_fp8(k_cache) and scratch_block_tables is not None:  # numbered by the plan, once a round
-        num_scratch_blocks = prefix_scratch_blocks(block_tables.shape[1])
+    block_tables = batch.block_tables
+    if is_fp8(k_cache) and batch.scratch_block_tables is not None:  # numbered by the plan, once a round
         k_cache, v_cache = numbered_scratch(
-            k_cache, v_cache, block_tables, scratch_block_tables, first_uses, num_scratch_blocks, query.dtype
+            k_cache,
+            v_cache,
+            block_tables,
+            batch.scratch_block_tables,
+            batch.first_uses,
+            prefix_scratch_blocks(block_tables.shape[1]),
+            query.dtype,
         )
-        block_tables = scratch_block_tables
+        block_tables = batch.scratch_block_tables
     else:
-        k_cache, v_cache, block_tables = _readable(query, k_cache, v_cache, block_tables, max_seqlen_k)
+        k_cache, v_cache, block_tables = _readable(query, k_cache, v_cache, block_tables, batch.max_seqlen_k)
     out, lse, _ = flash_attn_varlen_func(
         query,
         k_cache,
         v_cache,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
+        batch.cu_seqlens_q,
+        batch.cu_seqlens_k,
+        batch.max_seqlen_q,
+        batch.max_seqlen_k,
         softmax_scale=scale,
         causal=False,
         block_table=block_tables,

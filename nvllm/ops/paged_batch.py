@@ -1,5 +1,5 @@
-"""The arguments of `nvllm::attention` that say what each sequence's queries attend to, shared by the op and
-its implementations."""
+"""The arguments of `nvllm::attention` and `nvllm::prefix_attention` that say what each sequence's (each
+group's) queries attend to, shared by the ops and their implementations."""
 
 from __future__ import annotations
 
@@ -17,3 +17,17 @@ class PagedBatch(NamedTuple):
     block_tables: torch.Tensor
     max_seqlen_q: int
     max_seqlen_k: int
+
+
+class PrefixBatch(NamedTuple):
+    """What each group's queries attend to in cascade attention's prefix pass: `nvllm::prefix_attention`'s
+    arguments as its implementations take them; `scratch_block_tables` and `first_uses` the plan's
+    numbering of the entries for an fp8 cache's scratch copy (None: numbered where needed)."""
+
+    cu_seqlens_q: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+    block_tables: torch.Tensor
+    max_seqlen_q: int
+    max_seqlen_k: int
+    scratch_block_tables: torch.Tensor | None
+    first_uses: torch.Tensor | None

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from nvllm.attention.paging import blocks_for
 from nvllm.ops.fp8_kv_cache import is_fp8, to_cache_dtype
 from nvllm.ops.norm_ops import rms_norm
-from nvllm.ops.paged_batch import PagedBatch
+from nvllm.ops.paged_batch import PagedBatch, PrefixBatch
 from nvllm.ops.rope import rotate_half
 
 
@@ -100,29 +100,19 @@ def _attend_with_lse(query, key, value, scale: float) -> tuple[torch.Tensor, tor
 
 
 def prefix_attention(
-    query,
-    k_cache,
-    v_cache,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    block_tables,
-    max_seqlen_q,
-    max_seqlen_k,
-    scale,
-    scratch_block_tables=None,
-    first_uses=None,
+    query, k_cache, v_cache, batch: PrefixBatch, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each group's queries against its prefix, read from the cache as it is (an fp8 one converted per
     element: the scratch numbering is flash-attn's need, not this backend's)."""
     out = query.new_zeros(query.shape)
     lse = torch.full((query.shape[1], query.shape[0]), float("-inf"), device=query.device)
-    starts, prefix_starts = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    starts, prefix_starts = batch.cu_seqlens_q.tolist(), batch.cu_seqlens_k.tolist()
     for group in range(len(starts) - 1):
         start, end = starts[group], starts[group + 1]
         prefix_len = prefix_starts[group + 1] - prefix_starts[group]
         if end == start or prefix_len == 0:
             continue
-        key, value = _paged_kv(k_cache, v_cache, block_tables[group], prefix_len)
+        key, value = _paged_kv(k_cache, v_cache, batch.block_tables[group], prefix_len)
         out[start:end], group_lse = _attend_with_lse(query[start:end], key, value, scale)
         lse[:, start:end] = group_lse.t()
     return out, lse

@@ -148,6 +148,49 @@ def test_a_cascade_plans_numbering_makes_a_scratch_cache_of_its_prefix_blocks():
     assert read == 3  # blocks 1 and 2 of the first group, 5 of the second
 
 
+def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scratch_copy(monkeypatch):
+    """The CUDA backend's cascade prefix pass on the CPU, flash-attn replaced by the torch backend's pass
+    (which checks that it is handed a scratch cache in the queries' dtype): with the plan's numbering and
+    without it, the torch backend's result over the fp8 cache as it is."""
+    import importlib
+    import sys
+    import types
+
+    import numpy as np
+
+    from nvllm.attention.cascade import plan_cascade
+    from nvllm.ops import torch_attention
+    from nvllm.ops.paged_batch import PrefixBatch
+
+    def varlen_attention(query, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, block_table, **_):
+        assert k.dtype == v.dtype == query.dtype and not causal
+        batch = PrefixBatch(cu_q, cu_k, block_table, max_q, max_k, None, None)
+        return (*torch_attention.prefix_attention(query, k, v, batch, softmax_scale), None)
+
+    monkeypatch.setitem(
+        sys.modules, "flash_attn", types.SimpleNamespace(flash_attn_varlen_func=varlen_attention)
+    )
+    monkeypatch.delitem(sys.modules, "nvllm.ops.flash_attention", raising=False)
+    flash_attention = importlib.import_module("nvllm.ops.flash_attention")
+    monkeypatch.delitem(sys.modules, "nvllm.ops.flash_attention")  # not left bound to the stand-in
+    (k_float, v_float), _ = random_fp8_caches(5)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    tables = np.array([[1, 2, 3], [1, 2, 0], [1, 2, 4], [5, 3, 0], [5, 4, 0]])
+    plan = plan_cascade(tables, np.array([[10, 9, 12, 6, 7]]), BLOCK_SIZE, "on")
+    query = torch.randn(plan.prefix_query_rows.numel(), NUM_HEADS, HEAD_DIM)
+    passes = (plan.prefix_cu_seqlens_q, plan.prefix_cu_seqlens_k, plan.prefix_block_tables, 3, 12)
+    expected_out, expected_lse = torch_attention.prefix_attention(
+        query, k_fp8, v_fp8, PrefixBatch(*passes, None, None), 0.3
+    )
+    rows = int(plan.prefix_cu_seqlens_q[-1])
+    for numbering in ((plan.prefix_scratch_tables, plan.prefix_first_uses), (None, None)):
+        out, lse = flash_attention.prefix_attention(
+            query, k_fp8, v_fp8, PrefixBatch(*passes, *numbering), 0.3
+        )
+        torch.testing.assert_close(out[:rows], expected_out[:rows])
+        torch.testing.assert_close(lse[:, :rows], expected_lse[:, :rows])
+
+
 def test_the_triton_dequantization_writes_each_first_use_as_the_reference_in_the_interpreter():
     """`dequantize_first_uses` (what CUDA runs) fills the scratch blocks the torch reference fills, and no
     other: a later use of a block writes nothing."""
