@@ -306,6 +306,12 @@ def test_the_235b_preset_is_refused_on_one_gpu_with_the_numbers_and_fits_four(mo
     with pytest.raises(ValueError, match=re.escape(message)):
         memory.check_fits(one_gpu, torch.bfloat16, "cuda")
     memory.check_fits(dataclasses.replace(one_gpu, parallel=ParallelConfig(4)), torch.bfloat16, "cuda")
+    # fp8 experts and projections: a byte an element (and a scale a row), two GPUs, not one
+    fp8 = dataclasses.replace(one_gpu, model=dataclasses.replace(model, quantization="fp8"))
+    message = "qwen3-235b-a22b needs 220.5 GiB of weights (bfloat16, fp8 matmuls)"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        memory.check_fits(fp8, torch.bfloat16, "cuda")
+    memory.check_fits(dataclasses.replace(fp8, parallel=ParallelConfig(2)), torch.bfloat16, "cuda")
 
 
 def test_a_step_reads_the_experts_its_tokens_touch():
