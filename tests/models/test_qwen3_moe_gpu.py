@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from experiments.harness.parity import precision_noise
+from nvllm import LLM
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route
@@ -84,17 +85,69 @@ def test_the_grouped_matmuls_replay_in_a_cuda_graph():
     torch.testing.assert_close(out, grouped_experts(x, gate_up, down, weights, ids), atol=0, rtol=0)
 
 
+# a small MoE of the real head size (flash-attn builds may serve no other), 16 experts of which 4 a token
+SMALL_MOE = dict(
+    hidden_size=1024,
+    intermediate_size=2048,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=128,
+    num_experts=16,
+    num_experts_per_tok=4,
+    moe_intermediate_size=256,
+)
+
+
 def test_the_engine_on_a_small_moe_follows_transformers_up_to_bf16(tmp_path):
-    path = write_family_checkpoint(
-        tmp_path,
-        "qwen3_moe",
-        hidden_size=1024,
-        intermediate_size=2048,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=128,
-        num_experts=16,
-        num_experts_per_tok=4,
-        moe_intermediate_size=256,
-    )
+    path = write_family_checkpoint(tmp_path, "qwen3_moe", **SMALL_MOE)
     assert_follows_transformers_up_to_bf16(path, "qwen3_moe")
+
+
+@pytest.mark.parametrize("move_bits", [False, True])
+def test_the_engine_with_fp8_experts_computes_what_bf16_does_on_the_dequantized_weights(
+    tmp_path, move_bits, monkeypatch
+):
+    """`model.quantization=fp8`, compiled with CUDA graphs, the fp8 weights converted by Triton or by moving
+    bits (`nvllm.ops.e4m3_to_bf16`): a prefill of at most 16 tokens (the skinny kernel on the fp8
+    projections, the grouped matmuls on the fp8 experts) against a bf16 engine holding the dequantized
+    weights, and a larger one (the projections' activations quantized too) against the eager fp8 engine;
+    each within what two bf16 computations of one model differ by."""
+    from nvllm.layers.fused_moe import ExpertWeights
+    from nvllm.ops import e4m3_to_bf16
+    from nvllm.ops.fp8 import dequantized
+    from tests.api.test_generate_gpu import EQUIVALENT_BF16_LOGITS
+    from tests.helpers.engine_utils import random_prompt
+    from tests.helpers.parallel_oracle import prefill_logits
+
+    monkeypatch.setattr(e4m3_to_bf16, "ENABLED", move_bits)
+    path = str(write_family_checkpoint(tmp_path, "qwen3_moe", **SMALL_MOE))
+    small = [random_prompt(5, seed=1), random_prompt(7, seed=2)]  # 12 tokens: the skinny kernel's
+    large = [random_prompt(5, seed=3), random_prompt(40, seed=4)]
+    settings = dict(model__dtype="bfloat16", gpu_memory_utilization=0.2, max_model_len=256)
+
+    def stacked(q, scale):
+        return (q.float() * scale[..., None]).to(torch.bfloat16)
+
+    with LLM(path, model__quantization="fp8", **settings) as llm:
+        fp8_small, fp8_large = prefill_logits(llm, small), prefill_logits(llm, large)
+        modules = dict(llm.model_runner.model.model.layers.named_modules())
+        weights = {
+            (name, "weight"): dequantized(module.weight, module.weight_scale, torch.bfloat16)
+            for name, module in modules.items()
+            if getattr(module, "weight_scale", None) is not None
+        }
+        for name, module in modules.items():
+            if isinstance(module, ExpertWeights):
+                weights[(name, "gate_up_proj")] = stacked(module.gate_up_proj, module.gate_up_scale)
+                weights[(name, "down_proj")] = stacked(module.down_proj, module.down_scale)
+    with LLM(path, model__quantization="fp8", enforce_eager=True, **settings) as llm:
+        eager_large = prefill_logits(llm, large)
+    compiled_to_eager = relative_error(fp8_large, eager_large)
+    assert compiled_to_eager < EQUIVALENT_BF16_LOGITS, f"45 tokens, compiled to eager: {compiled_to_eager}"
+    with LLM(path, **settings) as llm:
+        modules = dict(llm.model_runner.model.model.layers.named_modules())
+        for (name, parameter), weight in weights.items():
+            getattr(modules[name], parameter).data.copy_(weight)  # in place: the captured graphs read these
+        bf16_small = prefill_logits(llm, small)
+    fp8_to_bf16 = relative_error(fp8_small, bf16_small)
+    assert fp8_to_bf16 < EQUIVALENT_BF16_LOGITS, f"12 tokens, fp8 against the dequantized bf16: {fp8_to_bf16}"
