@@ -38,6 +38,7 @@ FLAT_KEYS = {
     "gpu_memory_utilization": "cache.gpu_memory_utilization",
     "enable_prefix_caching": "cache.enable_prefix_caching",
     "kv_cache_dtype": "cache.dtype",  # vLLM's name
+    "quantization": "model.quantization",  # vLLM's name (None: "none")
     "max_num_seqs": "scheduler.max_num_seqs",
     "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
     "max_model_len": "scheduler.max_model_len",
@@ -66,6 +67,8 @@ def engine_config(model: str | None = None, **overrides: Any) -> EngineConfig:
         dotted = FLAT_KEYS.get(key, key.replace("__", "."))
         if key == "enforce_eager":
             value = not checked_value(key, value, bool)
+        if key == "quantization" and value is None:  # vLLM's default
+            value = "none"
         group, _, leaf = dotted.rpartition(".")
         schema = getattr(defaults, group, None) if group else defaults
         if not dataclasses.is_dataclass(schema) or leaf not in {f.name for f in fields(schema)}:

@@ -251,6 +251,7 @@ def test_block_size_the_backend_cannot_serve():
         ("tiny", dict(enable_prefix_caching="false"), "cache.enable_prefix_caching='false' must be bool"),
         ("tiny", dict(enforce_eager="yes"), "enforce_eager='yes' must be bool, not str"),
         ("tiny", dict(max_num_seqs=True), "scheduler.max_num_seqs=True must be int, not bool"),
+        ("tiny", dict(quantization="awq"), "model.quantization='awq' must be one of"),
     ],
 )
 def test_bad_engine_arguments_are_named_before_anything_is_built(model, overrides, message, monkeypatch):

@@ -140,6 +140,13 @@ def test_scaled_mm_path_quantizes_the_activations_per_token_and_scales_back():
     assert 0 < relative.max() < 2**-4, relative
 
 
+def test_vllms_quantization_argument_names_the_same_setting():
+    from nvllm.engine.config_resolution import engine_config
+
+    assert engine_config("tiny", quantization="fp8").model.quantization == "fp8"
+    assert engine_config("tiny", quantization=None).model.quantization == "none"  # vLLM's default
+
+
 def test_unknown_quantization_is_an_error_that_names_it():
     with pytest.raises(ValueError, match="model.quantization='int4' must be one of none, fp8"):
         tiny_llm(model__quantization="int4")
