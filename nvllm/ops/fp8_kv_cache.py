@@ -17,6 +17,12 @@ from __future__ import annotations
 import torch
 
 FP8_KV = torch.float8_e4m3fn
+# A scratch copy (`dequantized_blocks`) that room for every entry of its tables would make larger than this
+# is sized by the distinct blocks instead, counted on the host: one sync a layer, outside CUDA graphs. A
+# prefill of many sequences over a long cached prefix names the prefix's blocks once a sequence, and room for
+# every entry could take gigabytes that the KV budget never set aside; a step that large takes long enough
+# for a sync a layer to cost little.
+EXACT_SCRATCH_ABOVE_BYTES = 2**30
 
 
 def is_fp8(cache: torch.Tensor) -> bool:
@@ -60,12 +66,18 @@ def dequantized_blocks(
     several rows name (a shared prefix, a table's padding) is dequantized once: a prefill of many sequences
     under one cached prefix would otherwise write the prefix's blocks once a sequence, in every layer. Shapes
     follow the block tables' alone (no host sync: capturable in a CUDA graph); the scratch cache has room
-    for every entry, and its blocks past the distinct ones are left unwritten and unaddressed."""
+    for every entry, and its blocks past the distinct ones are left unwritten and unaddressed, unless that
+    room would pass `EXACT_SCRATCH_ABOVE_BYTES` outside a capture: then it holds the distinct blocks alone."""
     blocks = block_tables[:, :num_columns]
     scratch_blocks, first = first_uses(blocks.flatten())
     scratch_tables = scratch_blocks.view(blocks.shape)
+    num_scratch_blocks = blocks.numel()
+    block_bytes = 2 * k_cache[0].numel() * dtype.itemsize  # K and V
+    capturing = k_cache.is_cuda and torch.cuda.is_current_stream_capturing()
+    if num_scratch_blocks * block_bytes > EXACT_SCRATCH_ABOVE_BYTES and not capturing:
+        num_scratch_blocks = int(first.sum())
     k_scratch, v_scratch = numbered_scratch(
-        k_cache, v_cache, blocks, scratch_tables, first, blocks.numel(), dtype
+        k_cache, v_cache, blocks, scratch_tables, first, num_scratch_blocks, dtype
     )
     return k_scratch, v_scratch, scratch_tables
 

@@ -110,6 +110,26 @@ def test_a_block_several_rows_name_is_dequantized_once():
         assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
 
 
+def test_a_scratch_copy_past_its_size_limit_holds_the_distinct_blocks_alone(monkeypatch):
+    """Room for every entry (12 blocks) below the limit; above it, the six distinct blocks, addressed as
+    before."""
+    from nvllm.ops import fp8_kv_cache
+
+    (k_float, v_float), _ = random_fp8_caches(3)
+    k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
+    tables = torch.tensor([[4, 1, 0, 3], [4, 1, 5, 3], [4, 2, 0, 0]], dtype=torch.int32)
+    k_scratch, _, roomy_tables = dequantized_blocks(k_fp8, v_fp8, tables, 4, torch.bfloat16)
+    assert k_scratch.shape[0] == 12
+    block_bytes = 2 * k_fp8[0].numel() * 2
+    monkeypatch.setattr(fp8_kv_cache, "EXACT_SCRATCH_ABOVE_BYTES", 12 * block_bytes - 1)
+    k_scratch, v_scratch, scratch_tables = dequantized_blocks(k_fp8, v_fp8, tables, 4, torch.bfloat16)
+    assert k_scratch.shape[0] == v_scratch.shape[0] == 6  # blocks 0, 1, 2, 3, 4, 5
+    assert torch.equal(scratch_tables, roomy_tables)
+    for block, scratch_block in zip(tables.flatten().tolist(), scratch_tables.flatten().tolist()):
+        assert torch.equal(k_scratch[scratch_block].float(), k_fp8[block].float())
+        assert torch.equal(v_scratch[scratch_block].float(), v_fp8[block].float())
+
+
 def test_a_cascade_plans_numbering_makes_a_scratch_cache_of_its_prefix_blocks():
     """Numbered once a round by the plan (`CascadePlan.prefix_scratch_tables`), the prefix pass's scratch
     cache holds every block a chunk reads, at the entry's scratch block, in as many blocks as
