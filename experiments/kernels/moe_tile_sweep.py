@@ -18,9 +18,9 @@ first (Triton keeps them in its disk cache); estimated, not measured: about a mi
 cores and two of timing on an H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
-`FP8_TILE_CONFIGS`.
+`FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
 
-`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8]`"""
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]]`"""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.moe_triton import (
     FP8_TILE_CONFIGS,
     TILE_CONFIGS,
@@ -121,9 +122,10 @@ def matmul_of_batch(tokens: int, gated: bool, fp8: bool) -> tuple[Callable, int,
     return run, block_m, ids.unique().numel()
 
 
-def compile_one(trial: tuple[int, bool, bool, GroupedMatmulConfig]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, config)`."""
-    tokens, gated, fp8, config = trial
+def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, move_bits, config)`."""
+    tokens, gated, fp8, move_bits, config = trial
+    e4m3_to_bf16.ENABLED = move_bits
     run, _, _ = matmul_of_batch(tokens, gated, fp8)
     try:
         run(config=config)
@@ -143,7 +145,7 @@ def compile_all(token_counts: list[int], jobs: int, fp8: bool) -> None:
         block_m = row_tile(tokens * TOP_K, NUM_EXPERTS)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
-        (tokens, gated, fp8, config)
+        (tokens, gated, fp8, e4m3_to_bf16.ENABLED, config)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in GRID
@@ -245,7 +247,11 @@ if __name__ == "__main__":
         "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
     )
     parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
+    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
     args = parser.parse_args()
+    if args.move_bits and not args.fp8:
+        parser.error("--move-bits converts fp8 experts: it needs --fp8")
+    e4m3_to_bf16.ENABLED = args.move_bits
     if args.jobs:
         compile_all(args.tokens, args.jobs, args.fp8)
     print_table(args.tokens, sweep(args.tokens, args.fp8), args.fp8)
