@@ -9,8 +9,9 @@ other's: a near-tie is a small gap). Over the shared tokens: how far the other's
 token is from the reference's. Also the weights' memory of each engine.
 
 `python -m experiments.studies.fp8_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128] [--new
-256]`
-(on the CPU: `--model tiny`)."""
+256] [--dtype bfloat16]`
+(on the CPU: `--model tiny`; `--dtype` sets the model's dtype where `auto` would not give the one to compare,
+as on the CPU, where it is float32)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,12 @@ class Agreement:
     """Two greedy generations of one prompt: tokens shared before they part (all of them when they never
     do), the reference's log-probability gap between its token and the other's where they part (None where
     they never part, or the other's token is not in the reference's top log-probabilities), and the mean
-    absolute difference of the two log-probabilities of the shared tokens."""
+    absolute difference of the two log-probabilities of the shared tokens (None where they share none)."""
 
     shared: int
     parted: bool
     gap_at_parting: float | None
-    mean_logprob_difference: float
+    mean_logprob_difference: float | None
 
 
 def agreement(reference: CompletionOutput, other: CompletionOutput) -> Agreement:
@@ -53,7 +54,7 @@ def agreement(reference: CompletionOutput, other: CompletionOutput) -> Agreement
         theirs = other.token_ids[shared]
         if theirs in at_parting:
             gap = at_parting[reference.token_ids[shared]] - at_parting[theirs]
-    mean = statistics.fmean(differences) if differences else 0.0
+    mean = statistics.fmean(differences) if differences else None
     return Agreement(shared, shared < len(pairs), gap, mean)
 
 
@@ -64,6 +65,13 @@ ENGINES = {
     "fp8": dict(model__quantization="fp8"),
 }
 PAIRS = (("float32", "dtype"), ("float32", "fp8"), ("dtype", "fp8"))  # (reference, other)
+
+
+def engines(dtype: str | None) -> dict[str, dict]:
+    """`ENGINES`, the model's dtype and fp8's activations `dtype` where given."""
+    if dtype is None:
+        return ENGINES
+    return {name: {"model__dtype": dtype, **settings} for name, settings in ENGINES.items()}
 
 
 def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tokens: int):
@@ -99,7 +107,8 @@ def report(
 
 
 TABLE_HEADER = (
-    "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference "
+    "| other against reference | never part | shared tokens, median (min) | mean abs log-prob difference of "
+    "the shared tokens (prompts that share any) "
     f"| gap where they part, nats: median (max), partings in the reference's top {TOP_LOGPROBS} |",
     "| --- | --- | --- | --- | --- |",
 )
@@ -111,9 +120,12 @@ def table_row(label: str, pair: list[Agreement]) -> str:
     parted = sum(a.parted for a in pair)
     shared = [a.shared for a in pair]
     gap = f"{statistics.median(gaps):.3f} ({max(gaps):.3f}), {len(gaps)} of {parted}" if gaps else "-"
+    # a prompt whose generations part at their first token has no shared token to compare: left out, not 0
+    means = [a.mean_logprob_difference for a in pair if a.mean_logprob_difference is not None]
+    mean = f"{statistics.fmean(means):.4f} ({len(means)})" if means else "-"
     return (
         f"| {label} | {len(pair) - parted} of {len(pair)} | {statistics.median(shared)} ({min(shared)}) "
-        f"| {statistics.fmean(a.mean_logprob_difference for a in pair):.4f} | {gap} |"
+        f"| {mean} | {gap} |"
     )
 
 
@@ -124,11 +136,12 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--new", type=int, default=256, help="greedy tokens per prompt")
     parser.add_argument("--vocab", type=int, default=151936, help="prompt token ids are drawn below this")
+    parser.add_argument("--dtype", help="the model's dtype (default: auto)")
     args = parser.parse_args()
     rng = random.Random(0)
     prompts = [[rng.randrange(args.vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
     outputs, weights, dtypes = {}, {}, {}
-    for name, settings in ENGINES.items():
+    for name, settings in engines(args.dtype).items():
         outputs[name], weights[name], dtypes[name] = greedy_outputs(args.model, settings, prompts, args.new)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # this engine's memory, for the next one's KV cache

@@ -243,9 +243,14 @@ def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part
         None,
         0,
     )
-    table = report("m", {("float32", "fp8"): [result, same]}, {"float32": 2.0, "fp8": 0.5}, "bfloat16", 3)
-    # one row: one of the two never parts, shared 1 and 3 tokens, log-prob differences 0.25 and 0
+    at_once = CompletionOutput(0, "", [9, 6, 7], logprobs=[{9: -0.6}, {6: -1.0}, {7: -1.0}])
+    first = agreement(reference, at_once)
+    assert (first.shared, first.gap_at_parting, first.mean_logprob_difference) == (0, 1.5, None)
+    pairs = [result, same, first]
+    table = report("m", {("float32", "fp8"): pairs}, {"float32": 2.0, "fp8": 0.5}, "bfloat16", 3)
+    # one row: one of the three never parts; shared 1, 3 and 0 tokens; log-prob differences 0.25 and 0 over
+    # the two prompts that share any (the third, parting at once, has none to compare: not a 0)
     assert (
         table.splitlines()[-1]
-        == "| fp8 against float32 | 1 of 2 | 2.0 (1) | 0.1250 | 0.250 (0.250), 1 of 1 |"
+        == "| fp8 against float32 | 1 of 3 | 1 (0) | 0.1250 (2) | 0.875 (1.500), 2 of 2 |"
     )
