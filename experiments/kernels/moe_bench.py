@@ -16,8 +16,8 @@ from functools import partial
 
 import torch
 
+from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import grouped_experts, row_tile
@@ -79,10 +79,7 @@ def main(fp8: bool) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
-    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
+    add_fp8_arguments(parser, "experts")
     args = parser.parse_args()
-    if args.move_bits and not args.fp8:
-        parser.error("--move-bits converts fp8 experts: it needs --fp8")
-    e4m3_to_bf16.ENABLED = args.move_bits
+    convert_as_asked(parser, args)
     main(args.fp8)

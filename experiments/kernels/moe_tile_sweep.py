@@ -36,6 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 import triton
 
+from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from experiments.kernels.moe_bench import (
     HIDDEN,
     INTERMEDIATE,
@@ -246,12 +247,9 @@ if __name__ == "__main__":
     parser.add_argument(
         "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
     )
-    parser.add_argument("--fp8", action="store_true", help="experts in fp8 with a scale per row")
-    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
+    add_fp8_arguments(parser, "experts")
     args = parser.parse_args()
-    if args.move_bits and not args.fp8:
-        parser.error("--move-bits converts fp8 experts: it needs --fp8")
-    e4m3_to_bf16.ENABLED = args.move_bits
+    convert_as_asked(parser, args)
     if args.jobs:
         compile_all(args.tokens, args.jobs, args.fp8)
     print_table(args.tokens, sweep(args.tokens, args.fp8), args.fp8)

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
@@ -199,8 +200,7 @@ def compile_all(configs: list, gated: bool, fp8: bool, jobs: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gated", action="store_true", help="the gate/up projections with their activation")
-    parser.add_argument("--fp8", action="store_true", help="fp8 weights (not with --gated)")
-    parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
+    add_fp8_arguments(parser, "weights (not with --gated)")
     parser.add_argument("--wide", action="store_true", help="the larger grid, the decoder layers' shapes")
     parser.add_argument("--model", choices=sorted(SHAPES), help="one model's shapes (default: both)")
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
@@ -208,9 +208,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.gated and (args.fp8 or args.wide or args.model):
         parser.error("--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model)")
-    if args.move_bits and not args.fp8:
-        parser.error("--move-bits converts fp8 weights: it needs --fp8")
-    e4m3_to_bf16.ENABLED = args.move_bits
+    convert_as_asked(parser, args)
     configs = GATED_CONFIGS if args.gated else WIDE_CONFIGS if args.wide else CONFIGS
     models = [args.model] if args.model else list(SHAPES)
     # the wide grid: the decoder layers' shapes, without the LM head (the last)
