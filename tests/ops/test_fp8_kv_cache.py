@@ -172,7 +172,7 @@ def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scr
     """The CUDA backend's cascade prefix pass on the CPU, flash-attn replaced by the torch backend's pass
     (which checks that it is handed a scratch cache in the queries' dtype): with the plan's numbering and
     without it, the torch backend's result over the fp8 cache as it is."""
-    import importlib
+    import importlib.util
     import sys
     import types
 
@@ -190,9 +190,11 @@ def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scr
     monkeypatch.setitem(
         sys.modules, "flash_attn", types.SimpleNamespace(flash_attn_varlen_func=varlen_attention)
     )
-    monkeypatch.delitem(sys.modules, "nvllm.ops.flash_attention", raising=False)
-    flash_attention = importlib.import_module("nvllm.ops.flash_attention")
-    monkeypatch.delitem(sys.modules, "nvllm.ops.flash_attention")  # not left bound to the stand-in
+    # a copy of the module of its own, bound to the stand-in: neither `sys.modules` nor the `nvllm.ops`
+    # package (whose attribute `from nvllm.ops import flash_attention` reads) is left holding it
+    spec = importlib.util.find_spec("nvllm.ops.flash_attention")
+    flash_attention = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flash_attention)
     (k_float, v_float), _ = random_fp8_caches(5)
     k_fp8, v_fp8 = k_float.to(FP8_KV), v_float.to(FP8_KV)
     tables = np.array([[1, 2, 3], [1, 2, 0], [1, 2, 4], [5, 3, 0], [5, 4, 0]])
