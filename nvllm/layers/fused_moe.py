@@ -9,7 +9,8 @@ every rank (so they agree on the experts), and the partial outputs are summed by
 With `quantization="fp8"` the experts are stored in float8 with a scale per output row of each expert, as the
 dense layers' weights (`nvllm.ops.fp8`): a row's scale is taken over the whole checkpoint row before this
 rank's slice is cut, so TP=N holds exactly the slices of the TP=1 experts. The router stays in the model's
-dtype: its weight is a hundredth of a layer's, and its choices decide which experts run.
+dtype: its weight is a sliver of a layer's (128 x 2048 against 128 experts of 3 x 768 x 2048 in
+Qwen3-30B-A3B), and its choices decide which experts run.
 
 Expert parallelism (whole experts per rank) is not built. Its place is `ExpertWeights`: it would hold the
 experts `[rank * E / ranks, (rank + 1) * E / ranks)` whole, and the layer would send each (token, choice)
