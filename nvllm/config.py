@@ -114,6 +114,10 @@ class SchedulerConfig:
     # members run side by side, where cascade attention reads their prefix once per step. Reordering is
     # bounded: no request is overtaken by more than max_num_seqs later ones.
     group_prefixes: bool = True
+    # A decode round's rows ordered by their sequences' lengths, longest first, rather than by arrival: the
+    # decode attention kernel's programs start in row order, so the longest rows start first and the
+    # shortest fill the last wave. Off until measured against arrival order on the GPU.
+    longest_first: bool = False
     # The order requests are served in: fcfs (by arrival) | priority (by each request's `priority`, lower
     # first, then arrival; a waiting request may preempt running ones of lower priority for KV blocks)
     policy: str = "fcfs"

@@ -1,6 +1,6 @@
 """Decode rounds: each running sequence takes up to `num_decode_steps` steps, the oldest first, preempting
-the newest when the KV cache runs out; and the round planned while another is still in flight
-(`scheduler.overlap_rounds`)."""
+the newest when the KV cache runs out; the round planned while another is still in flight
+(`scheduler.overlap_rounds`); and the order of a round's rows (`scheduler.longest_first`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class DecodeRounds:
                 num_steps = self._num_steps(seq)
                 manager.append_slots(seq, num_steps)
                 batch.add(seq, num_steps)
-        return batch
+        return self._ordered(batch)
 
     def next_round(self) -> ScheduledBatch | None:
         """The round to launch while the current one (in which every running sequence takes part) still
@@ -59,6 +59,15 @@ class DecodeRounds:
         for seq, num_steps in plan:
             manager.append_slots(seq, num_steps)
             batch.add(seq, num_steps)
+        return self._ordered(batch)
+
+    def _ordered(self, batch: ScheduledBatch) -> ScheduledBatch:
+        """The round's rows longest first where `scheduler.longest_first` says (ties keep arrival order);
+        the oldest-first order above decides only who runs and who is preempted."""
+        if self.config.longest_first:
+            rows = sorted(range(len(batch.seqs)), key=lambda row: -batch.seqs[row].device_len)
+            batch.seqs = [batch.seqs[row] for row in rows]
+            batch.num_new_tokens = [batch.num_new_tokens[row] for row in rows]
         return batch
 
     def _num_steps(self, seq: Sequence) -> int:

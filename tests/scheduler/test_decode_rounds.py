@@ -71,3 +71,33 @@ def test_next_round_is_not_planned_when_the_host_must_decide_first():
     scheduler.launched(third)
     # position 12 needs a fourth block: preempting (or waiting for a stop to free one) needs the tokens
     assert scheduler.schedule_next_round(third) is None
+
+
+def test_longest_first_orders_a_rounds_rows_by_length_and_leaves_preemption_to_age():
+    """`scheduler.longest_first`: a round's rows (in `schedule` and in the round planned ahead) go by their
+    sequences' lengths, the longest first, ties in arrival order; the newest sequence is still the one
+    preempted, whatever its place in the round."""
+    scheduler = bare_scheduler(num_blocks=16, num_decode_steps=2, longest_first=True)
+    lengths = [3, 9, 5, 9, 1]
+    seqs = [Sequence([row + 10] * n, SamplingParams(max_tokens=20)) for row, n in enumerate(lengths)]
+    for seq in seqs:
+        scheduler.add(seq)
+    run_step(scheduler)  # every prompt in one prefill, one token each: lengths + 1
+    first = scheduler.schedule()
+    assert first.seqs == [seqs[1], seqs[3], seqs[2], seqs[0], seqs[4]]
+    assert first.num_new_tokens == [2] * 5
+    scheduler.launched(first)
+    ahead = scheduler.schedule_next_round(first)
+    assert ahead.seqs == first.seqs
+    scheduler.postprocess(first, [[1, 1]] * 5)
+    scheduler.postprocess(ahead, [[1, 1]] * 5)
+
+    # the newest and longest sequence, which would lead the round, is the one preempted for the oldest's block
+    crowded = bare_scheduler(num_blocks=3, num_decode_steps=1, longest_first=True)
+    old = Sequence([1, 2, 3, 4], SamplingParams(max_tokens=20))  # 5 tokens after its prefill: needs block 2
+    new = Sequence([5, 6, 7, 8, 9, 10], SamplingParams(max_tokens=20))  # 7 tokens in its 2 blocks
+    for seq in (old, new):
+        crowded.add(seq)
+    run_step(crowded)
+    batch, _ = run_step(crowded)
+    assert batch.seqs == [old] and new.status == SequenceStatus.WAITING and crowded.num_preemptions == 1

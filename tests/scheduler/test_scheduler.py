@@ -95,6 +95,20 @@ def test_too_small_kv_cache_preempts_and_gives_the_same_tokens(expected, num_dec
         assert_engine_idle(llm)
 
 
+def test_rows_longest_first_give_the_same_tokens(expected):
+    """`scheduler.longest_first` reorders decode rounds' rows (under preemption too): each request still gets
+    the tokens it gets alone."""
+    overrides = dict(num_decode_steps=8, scheduler__longest_first=True)
+    with engine(num_kvcache_blocks=22, max_num_batched_tokens=512, **overrides) as llm:
+        with recorded_steps(llm) as steps:
+            outputs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+        assert llm.stats()["num_preemptions"] > 0
+        assert_engine_idle(llm)
+    assert outputs == expected
+    rounds = [[PROMPTS.index(list(prompt)) for prompt in step.prompts] for step in steps if not step.is_prefill]
+    assert any(rows != sorted(rows) for rows in rounds)  # some round did run out of arrival order
+
+
 def test_outputs_come_back_in_input_order(reference, expected, monkeypatch):
     reference.scheduler.decode.num_decode_steps = 2  # rounds end between finishes (this call only)
     finish_order = []
