@@ -140,6 +140,10 @@ class CompileConfig:
     # torch.compile the sampler's draw (rank 0's; compiled at start-up): auto | on | off. auto: where the
     # model is compiled on CUDA (on the CPU a compiled draw gains nothing and costs start-up time)
     sampler: str = "auto"
+    # On CUDA, the sampler's race in Triton kernels that draw its noise as they read the logits, rather than
+    # the torch race reading a tensor of noise drawn before it (batches with top-k/top-p or seeded rows
+    # still race in torch). Off until measured against the torch race on the GPU.
+    race_kernel: bool = False
     max_capture_batch_size: int = 512  # decode batches above this run the compiled graph without a CUDA graph
     # Prefill steps of up to this many tokens (of at most 4 sequences) replay CUDA graphs too, one per token
     # bucket (16, 32, ... up to this): a compiled prefill launched from Python costs far more host time

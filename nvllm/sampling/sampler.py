@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from nvllm.sampling.prompt_logprobs import PromptLogprobs
 
 TINY = torch.finfo(torch.float32).tiny
+RACE_SEEDS = 2**31 - 1  # the race kernels' Philox seeds: a 32-bit kernel argument
 
 
 def race(
@@ -84,9 +85,13 @@ class Sampler:
 
     CHUNKED_MAX_ROWS = 8  # batches up to this many rows race in chunks (`race_in_chunks`)
 
-    def __init__(self, compiled: bool = False):
+    def __init__(self, compiled: bool = False, race_kernel: bool = False):
+        """`race_kernel`: batches race in Triton kernels that draw their noise as they read the logits
+        (`nvllm.ops.race_triton`; on CUDA, or the CPU under Triton's interpreter) where no row filters its
+        tokens or draws from a generator of its own."""
         # rows are padded to at least 2 by the caller, so one dynamic graph of each serves every batch size
         self.compiled = compiled
+        self.race_kernel = race_kernel
         self._race, self._race_in_chunks = race, race_in_chunks
         if compiled:
             self._race = torch.compile(race, fullgraph=True, dynamic=True)
@@ -143,10 +148,20 @@ class Sampler:
     def _draw(self, logits: torch.Tensor, batch: SamplingBatch, step: int) -> torch.Tensor:
         if batch.all_greedy:  # decided on the host: no noise, no filtering
             return logits.argmax(-1)
+        # a row sitting out the step (past its round's steps) draws nothing
+        seeded_rows = [
+            (row, generator)
+            for row, generator in batch.seeded_rows
+            if batch.num_steps is None or step < batch.num_steps[row]
+        ]
+        if self.race_kernel and batch.top_k is None and not seeded_rows:
+            from nvllm.ops.race_triton import race_in_kernels  # Triton: imported only where it runs
+
+            seed = int(torch.randint(RACE_SEEDS, ()))  # torch's CPU generator: torch.manual_seed repeats it
+            return race_in_kernels(logits, batch.inv_temperatures, batch.noise_scales, seed)
         noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_()
-        for row, generator in batch.seeded_rows:  # reproducible per request, whatever shares the batch
-            if batch.num_steps is None or step < batch.num_steps[row]:  # a row sitting out draws nothing
-                noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
+        for row, generator in seeded_rows:  # reproducible per request, whatever shares the batch
+            noise[row] = torch.empty(logits.shape[1]).exponential_(generator=generator).to(noise.device)
         if batch.top_k is None:
             in_chunks = logits.shape[0] <= self.CHUNKED_MAX_ROWS
             return (self._race_in_chunks if in_chunks else self._race)(
@@ -156,8 +171,8 @@ class Sampler:
         return race(scores, torch.ones_like(batch.inv_temperatures), batch.noise_scales, noise)
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        """Compile both of the race's graphs now (at start-up) rather than on a first sampled batch, for
-        logits of the model's dtype."""
+        """Compile both of the race's graphs, or its kernels, now (at start-up) rather than on a first
+        sampled batch, for logits of the model's dtype."""
         for num_rows in (2, self.CHUNKED_MAX_ROWS + 1):
             logits = torch.zeros(num_rows, vocab_size, dtype=dtype, device=device)
             self.sample(logits, self.prepare([SamplingParams()] * num_rows, [None] * num_rows, device))
