@@ -11,33 +11,59 @@ to its token. The numbers differ from the torch race's (another generator); the 
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 BLOCK = 1024  # logits a lane group reads per Philox call: a tile is 4 * BLOCK logits
 TILE = 4 * BLOCK
+NUM_WARPS = 4
 # Programs the first kernel aims for: a few waves of the H200's 132 SMs, so that a batch of a few rows spreads
 # its vocabulary over the GPU and a batch of hundreds takes each row in one or a few chunks
 TARGET_PROGRAMS = 512
 TINY = torch.finfo(torch.float32).tiny
+# Triton's interpreter (the CPU's tests) has no fast log2: it takes the precise one
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _log2(x, FAST: tl.constexpr):
+    if FAST:
+        return libdevice.fast_log2f(x)  # the SFU's approximation: one instruction, not a polynomial
+    else:
+        return tl.log2(x)
 
 
 @triton.jit
 def _race_quarter(
-    logits_ptr, tokens, vocab, u, inv_temperature, noise_scale, best, best_token, TINY_NOISE: tl.constexpr
+    logits_ptr,
+    tokens,
+    vocab,
+    u,
+    inv_temperature,
+    noise_weight,
+    best,
+    best_token,
+    TINY_NOISE: tl.constexpr,
+    FAST_LOG: tl.constexpr,
 ):
     """The lanes' bests once `tokens` (a lane each, increasing from call to call) race with uniforms `u`."""
     inside = tokens < vocab
     logits = tl.load(logits_ptr + tokens, mask=inside, other=float("-inf"))
-    noise = tl.maximum(-tl.log(1.0 - u), TINY_NOISE)  # u in [0, 1): 1 - u in (0, 1], so the noise is finite
-    scores = logits.to(tl.float32) * inv_temperature - noise_scale * tl.log(noise)
+    # -log(E) with E = -ln(1 - u) = -ln 2 * log2(1 - u): -ln 2 * log2(-log2(1 - u)) less ln(ln 2), which is
+    # the same for every token of a row and left out. u in [0, 1): 1 - u in (0, 1], the noise finite
+    noise = tl.maximum(-_log2(1.0 - u, FAST_LOG), TINY_NOISE)
+    scores = logits.to(tl.float32) * inv_temperature - noise_weight * _log2(noise, FAST_LOG)
     scores = tl.where(inside, scores, float("-inf"))
     better = scores > best  # strictly: a lane keeps the first index of its largest score
     return tl.where(better, scores, best), tl.where(better, tokens, best_token)
 
 
-@triton.jit(do_not_specialize=["seed", "chunk_len", "num_chunks"])
+# chunk_len, a multiple of the tile, is specialized (as divisible by 16) for aligned vector loads
+@triton.jit(do_not_specialize=["seed", "num_chunks"])
 def _race_chunks_kernel(
     logits_ptr,
     logits_stride,
@@ -51,12 +77,13 @@ def _race_chunks_kernel(
     num_chunks,
     BLOCK: tl.constexpr,
     TINY_NOISE: tl.constexpr,
+    FAST_LOG: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     row_logits = logits_ptr + row * logits_stride
     inv_temperature = tl.load(inv_temperatures_ptr + row)
-    noise_scale = tl.load(noise_scales_ptr + row)
+    noise_weight = tl.load(noise_scales_ptr + row) * 0.6931471805599453  # ln 2: from log2 to ln
     lanes = tl.arange(0, BLOCK)
     first = chunk * chunk_len
     best = tl.full((BLOCK,), float("-inf"), tl.float32)
@@ -66,36 +93,20 @@ def _race_chunks_kernel(
     row_counters = row * (num_chunks * chunk_len // 4)
     for tile in range(first, first + chunk_len, 4 * BLOCK):
         counters = (row_counters + tile // 4 + lanes).to(tl.uint32)
-        u0, u1, u2, u3 = tl.rand4x(seed, counters)
-        tokens = tile + lanes
-        best, best_token = _race_quarter(
-            row_logits, tokens, vocab, u0, inv_temperature, noise_scale, best, best_token, TINY_NOISE
-        )
-        best, best_token = _race_quarter(
-            row_logits, tokens + BLOCK, vocab, u1, inv_temperature, noise_scale, best, best_token, TINY_NOISE
-        )
-        best, best_token = _race_quarter(
-            row_logits,
-            tokens + 2 * BLOCK,
-            vocab,
-            u2,
-            inv_temperature,
-            noise_scale,
-            best,
-            best_token,
-            TINY_NOISE,
-        )
-        best, best_token = _race_quarter(
-            row_logits,
-            tokens + 3 * BLOCK,
-            vocab,
-            u3,
-            inv_temperature,
-            noise_scale,
-            best,
-            best_token,
-            TINY_NOISE,
-        )
+        uniforms = tl.rand4x(seed, counters)
+        for quarter in tl.static_range(4):
+            best, best_token = _race_quarter(
+                row_logits,
+                tile + quarter * BLOCK + lanes,
+                vocab,
+                uniforms[quarter],
+                inv_temperature,
+                noise_weight,
+                best,
+                best_token,
+                TINY_NOISE,
+                FAST_LOG,
+            )
     chunk_best = tl.max(best, 0)
     chunk_token = tl.min(tl.where(best == chunk_best, best_token, 2147483647), 0)
     tl.store(best_scores_ptr + row * num_chunks + chunk, chunk_best)
@@ -147,7 +158,8 @@ def race_in_kernels(
             num_chunks,
             BLOCK=BLOCK,
             TINY_NOISE=TINY,
-            num_warps=4,
+            FAST_LOG=not INTERPRETED,
+            num_warps=NUM_WARPS,
         )
         # one compiled variant for every batch size: the chunk counts are arguments, bounded by this
         most_chunks = triton.next_power_of_2(triton.cdiv(vocab, TILE))
