@@ -30,6 +30,10 @@ class ModelConfig:
     # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and
     # the LM head stay in `dtype`. Never the default: it changes the model's outputs.
     quantization: str = "none"
+    # fp8 weights converted to bf16 inside the Triton matmuls (the skinny and MoE grouped ones, on CUDA) by
+    # moving bits (nvllm.ops.e4m3_to_bf16) rather than by Triton's conversion, which runs on the SM's
+    # conversion units at less than the memory's rate. Off until its GPU tests and timings have run.
+    fp8_move_bits: bool = False
     # a mixture of experts' CUDA batches routed by Triton kernels inside `nvllm::routed_experts` (softmax,
     # top-k, and for small batches the sort by expert in the same kernel); off: routed in the compiled graph.
     # Off by default: level at a single stream now that the MoE kernels are chained (PDL), slower at batches

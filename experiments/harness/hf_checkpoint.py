@@ -17,7 +17,16 @@ from nvllm.models.hf_config import ROPE_KEYS
 from nvllm.models.weights import random_tensors
 
 # ModelConfig's fields that say where and how the engine runs the model: no part of its config.json
-ENGINE_FIELDS = ("name", "path", "revision", "dtype", "quantization", "architecture")
+ENGINE_FIELDS = (
+    "name",
+    "path",
+    "revision",
+    "dtype",
+    "quantization",
+    "fp8_move_bits",
+    "moe_routing_kernel",
+    "architecture",
+)
 
 
 def rope_parameters(model: ModelConfig) -> dict:

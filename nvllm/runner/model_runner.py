@@ -110,6 +110,11 @@ class ModelRunner:
         load_weights(model, tensors, hf_parameter_shapes(model_config))
         for layer in self._attention_layers(model):
             layer.backend = self.backend.name
+        if self.device.startswith("cuda"):
+            from nvllm.ops import e4m3_to_bf16  # Triton: CUDA only
+
+            # read by the Triton matmuls as they launch: a process's engine sets it, as every rank's does
+            e4m3_to_bf16.ENABLED = model_config.fp8_move_bits
         return model.eval()
 
     @staticmethod

@@ -108,7 +108,7 @@ def test_the_engine_with_fp8_experts_computes_what_bf16_does_on_the_dequantized_
     tmp_path, move_bits, monkeypatch
 ):
     """`model.quantization=fp8`, compiled with CUDA graphs, the fp8 weights converted by Triton or by moving
-    bits (`nvllm.ops.e4m3_to_bf16`): a prefill of at most 16 tokens (the skinny kernel on the fp8
+    bits (`model.fp8_move_bits`): a prefill of at most 16 tokens (the skinny kernel on the fp8
     projections, the grouped matmuls on the fp8 experts) against a bf16 engine holding the dequantized
     weights, and a larger one (the projections' activations quantized too) against the eager fp8 engine;
     each within what two bf16 computations of one model differ by."""
@@ -119,7 +119,7 @@ def test_the_engine_with_fp8_experts_computes_what_bf16_does_on_the_dequantized_
     from tests.helpers.engine_utils import random_prompt
     from tests.helpers.parallel_oracle import prefill_logits
 
-    monkeypatch.setattr(e4m3_to_bf16, "ENABLED", move_bits)
+    monkeypatch.setattr(e4m3_to_bf16, "ENABLED", e4m3_to_bf16.ENABLED)  # as it was, after the engines set it
     path = str(write_family_checkpoint(tmp_path, "qwen3_moe", **SMALL_MOE))
     small = [random_prompt(5, seed=1), random_prompt(7, seed=2)]  # 12 tokens: the skinny kernel's
     large = [random_prompt(5, seed=3), random_prompt(40, seed=4)]
@@ -128,7 +128,9 @@ def test_the_engine_with_fp8_experts_computes_what_bf16_does_on_the_dequantized_
     def stacked(q, scale):
         return (q.float() * scale[..., None]).to(torch.bfloat16)
 
-    with LLM(path, model__quantization="fp8", **settings) as llm:
+    fp8 = dict(model__quantization="fp8", model__fp8_move_bits=move_bits)
+    with LLM(path, **fp8, **settings) as llm:
+        assert e4m3_to_bf16.ENABLED == move_bits
         fp8_small, fp8_large = prefill_logits(llm, small), prefill_logits(llm, large)
         modules = dict(llm.model_runner.model.model.layers.named_modules())
         weights = {
@@ -140,7 +142,7 @@ def test_the_engine_with_fp8_experts_computes_what_bf16_does_on_the_dequantized_
             if isinstance(module, ExpertWeights):
                 weights[(name, "gate_up_proj")] = stacked(module.gate_up_proj, module.gate_up_scale)
                 weights[(name, "down_proj")] = stacked(module.down_proj, module.down_scale)
-    with LLM(path, model__quantization="fp8", enforce_eager=True, **settings) as llm:
+    with LLM(path, **fp8, enforce_eager=True, **settings) as llm:
         eager_large = prefill_logits(llm, large)
     compiled_to_eager = relative_error(fp8_large, eager_large)
     assert compiled_to_eager < EQUIVALENT_BF16_LOGITS, f"45 tokens, compiled to eager: {compiled_to_eager}"
