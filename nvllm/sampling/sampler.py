@@ -175,7 +175,12 @@ class Sampler:
         sampled batch, for logits of the model's dtype."""
         for num_rows in (2, self.CHUNKED_MAX_ROWS + 1):
             logits = torch.zeros(num_rows, vocab_size, dtype=dtype, device=device)
-            self.sample(logits, self.prepare([SamplingParams()] * num_rows, [None] * num_rows, device))
+            batch = self.prepare([SamplingParams()] * num_rows, [None] * num_rows, device)
+            self.sample(logits, batch)
+            if self.race_kernel and self.compiled:  # the kernels took it: the graphs serve seeded rows, top-k
+                race_graph = self._race_in_chunks if num_rows <= self.CHUNKED_MAX_ROWS else self._race
+                noise = torch.ones(logits.shape, dtype=torch.float32, device=device)
+                race_graph(logits, batch.inv_temperatures, batch.noise_scales, noise)
 
     def __call__(
         self, logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None]
