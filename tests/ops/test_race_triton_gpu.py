@@ -64,7 +64,8 @@ def test_engine_greedy_rows_are_the_same_with_the_race_kernels():
     params = [SamplingParams(temperature=(i % 2) * 0.8, max_tokens=24, ignore_eos=True) for i in range(6)]
     outputs = {}
     for race_kernel in (False, True):
-        with LLM("qwen3-0.6b", compile__race_kernel=race_kernel) as llm:
+        settings = dict(enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=256)
+        with LLM("qwen3-0.6b", compile__race_kernel=race_kernel, **settings) as llm:
             outputs[race_kernel] = llm.generate(prompts, params, use_tqdm=False)
             assert llm.model_runner.sampler.race_kernel == race_kernel
     for i in range(0, 6, 2):  # the greedy rows
