@@ -30,10 +30,10 @@ class ModelConfig:
     # own scale, quantized from the checkpoint's weights as they load (nvllm.ops.fp8); the embedding and
     # the LM head stay in `dtype`. Never the default: it changes the model's outputs.
     quantization: str = "none"
-    # fp8 weights converted to bf16 inside the Triton matmuls (the skinny and MoE grouped ones, on CUDA) by
-    # moving bits (nvllm.ops.e4m3_to_bf16) rather than by Triton's conversion, which runs on the SM's
-    # conversion units at less than the memory's rate. Off until its GPU tests and timings have run.
-    fp8_move_bits: bool = False
+    # fp8 weights (`quantization=fp8`) converted to bf16 inside the Triton matmuls (the skinny and MoE
+    # grouped ones, on CUDA) by moving bits (nvllm.ops.e4m3_to_bf16) rather than by Triton's conversion,
+    # which runs on the SM's conversion units at less than the memory's rate; false: Triton's conversion
+    fp8_move_bits: bool = True
     # a mixture of experts' CUDA batches routed by Triton kernels inside `nvllm::routed_experts` (softmax,
     # top-k, and for small batches the sort by expert in the same kernel); off: routed in the compiled graph.
     # Off by default: level at a single stream now that the MoE kernels are chained (PDL), slower at batches
@@ -146,8 +146,8 @@ class CompileConfig:
     sampler: str = "auto"
     # On CUDA, the sampler's race in Triton kernels that draw its noise as they read the logits, rather than
     # the torch race reading a tensor of noise drawn before it (batches with top-k/top-p or seeded rows
-    # still race in torch). Off until measured against the torch race on the GPU.
-    race_kernel: bool = False
+    # still race in torch)
+    race_kernel: bool = True
     max_capture_batch_size: int = 512  # decode batches above this run the compiled graph without a CUDA graph
     # Prefill steps of up to this many tokens (of at most 4 sequences) replay CUDA graphs too, one per token
     # bucket (16, 32, ... up to this): a compiled prefill launched from Python costs far more host time

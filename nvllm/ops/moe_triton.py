@@ -63,10 +63,16 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 )
 
 
-# fp8 experts' launch shapes, by the same bands. A tile of fp8 weight is half the bytes, and converting it
-# adds to the loop's instructions, so its best shapes may differ; not yet swept (`moe_tile_sweep --fp8`):
-# bf16's.
-FP8_TILE_CONFIGS = TILE_CONFIGS
+# fp8 experts' launch shapes, by the same bands: a tile of fp8 weight is half the bytes, and converting it
+# adds to the loop's instructions. Swept with the conversion by moving bits (`moe_tile_sweep --fp8
+# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md).
+FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
+    (2, GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (16, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (64, GroupedMatmulConfig(128, 128, 4, 2), GroupedMatmulConfig(128, 128, 4, 3)),
+    (math.inf, GroupedMatmulConfig(128, 64, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
+)
 
 
 def config_band(num_pairs: int, num_experts: int) -> int:

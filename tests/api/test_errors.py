@@ -252,7 +252,6 @@ def test_block_size_the_backend_cannot_serve():
         ("tiny", dict(enforce_eager="yes"), "enforce_eager='yes' must be bool, not str"),
         ("tiny", dict(max_num_seqs=True), "scheduler.max_num_seqs=True must be int, not bool"),
         ("tiny", dict(quantization="awq"), "model.quantization='awq' must be one of"),
-        ("tiny", dict(model__fp8_move_bits=True), "model.fp8_move_bits=true .* needs model.quantization=fp8"),
     ],
 )
 def test_bad_engine_arguments_are_named_before_anything_is_built(model, overrides, message, monkeypatch):
