@@ -5,25 +5,18 @@ the same kernels in `tests/ops/test_race_triton_gpu.py`."""
 
 from tests.helpers.triton_interpreter import run_in_interpreter
 
-# Token frequencies of many independent rows, each count within 4.5 standard deviations of its binomial mean
+# Token frequencies of many independent rows against softmax(logits / T), each within 4.5 standard errors
 FREQUENCIES_CHECK = """
-import math
 import torch
 import nvllm.ops.race_triton as race_triton
 from nvllm.ops.race_triton import race_in_kernels
+from tests.helpers.sampled_frequencies import assert_follows
 
 # small tiles: the interpreter's time goes by programs, so that each row's tiles are few
 race_triton.BLOCK, race_triton.TILE = 64, 256
 
 def check_frequencies(tokens, rows, logits, inv_temperature):
-    probabilities = torch.softmax(logits.double() * inv_temperature, -1)
-    counts = torch.bincount(tokens[rows], minlength=logits.numel()).double()
-    assert counts[probabilities == 0].sum() == 0, "a token of probability 0 was drawn"
-    n = len(rows)
-    for token in torch.nonzero(probabilities).flatten().tolist():
-        p = probabilities[token].item()
-        mean, spread = n * p, math.sqrt(n * p * (1 - p))
-        assert abs(counts[token] - mean) <= 4.5 * spread, (token, counts[token].item(), mean, spread)
+    assert_follows(tokens[rows], torch.softmax(logits.double() * inv_temperature, -1).tolist(), 4.5)
 """
 
 

@@ -3,8 +3,6 @@ a row's draws against softmax(logits / T) whether a row is one chunk or many, an
 a mixed batch the same with `compile.race_kernel` as without.
 `python -m pytest -m gpu tests/ops/test_race_triton_gpu.py`."""
 
-import math
-
 import pytest
 import torch
 
@@ -27,20 +25,11 @@ def test_greedy_rows_take_the_first_largest_logit(num_rows):
     assert torch.equal(tokens, logits.float().argmax(-1))
 
 
-def counts_within(tokens: torch.Tensor, logits: torch.Tensor, inv_temperature: float, deviations=4.5):
-    probabilities = torch.softmax(logits.double().cpu() * inv_temperature, -1)
-    counts = torch.bincount(tokens.cpu(), minlength=logits.numel()).double()
-    assert counts[probabilities == 0].sum() == 0
-    n = len(tokens)
-    for token in torch.nonzero(probabilities).flatten().tolist():
-        p = probabilities[token].item()
-        assert abs(counts[token] - n * p) <= deviations * math.sqrt(n * p * (1 - p)), token
-
-
 @pytest.mark.parametrize("num_rows, calls", [(16_384, 1), (1, 4_000)])
 def test_draws_follow_softmax_of_the_temperature(num_rows, calls):
     """Many rows in one call (a chunk a row), or one row (many chunks) in many calls under their seeds."""
     from nvllm.ops.race_triton import race_chunks, race_in_kernels
+    from tests.helpers.sampled_frequencies import assert_follows
 
     row_logits = torch.full((VOCAB,), float("-inf"))
     row_logits[[5, 40_000, 77_777, 120_001, VOCAB - 1]] = torch.tensor([0.0, 0.7, -0.4, -1.5, 1.2])
@@ -54,7 +43,8 @@ def test_draws_follow_softmax_of_the_temperature(num_rows, calls):
         ]
     )
     assert (race_chunks(num_rows, VOCAB)[1] > 1) == (num_rows == 1)
-    counts_within(tokens, row_logits.to(torch.bfloat16).float(), inv_temperature)
+    probs = torch.softmax(row_logits.to(torch.bfloat16).double() * inv_temperature, -1).tolist()
+    assert_follows(tokens, probs, deviations=4.5)
 
 
 def test_engine_greedy_rows_are_the_same_with_the_race_kernels():

@@ -8,6 +8,7 @@ import torch
 from nvllm import SamplingParams
 from nvllm.sampling.sampler import Sampler, chunked_argmax, race, race_in_chunks
 from tests.helpers.engine_utils import random_prompt, tiny_llm
+from tests.helpers.sampled_frequencies import assert_follows
 
 NUM_DRAWS = 40_000
 
@@ -16,18 +17,6 @@ def sample(logits: list[float], params: SamplingParams, num_draws: int = NUM_DRA
     """`num_draws` independent samples from one row of logits (one batch of identical rows)."""
     rows = torch.tensor([logits]).repeat(num_draws, 1)
     return torch.tensor(Sampler()(rows, [params] * num_draws, [None] * num_draws))
-
-
-def frequencies(draws: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    return torch.bincount(draws, minlength=vocab_size).double() / len(draws)
-
-
-def assert_follows(draws: torch.Tensor, probs: list[float]) -> None:
-    """Each token's frequency within 5 standard errors of its probability (a zero stays exactly zero)."""
-    freqs = frequencies(draws, len(probs))
-    for token, (freq, prob) in enumerate(zip(freqs.tolist(), probs, strict=True)):
-        tolerance = 5 * math.sqrt(prob * (1 - prob) / len(draws))
-        assert abs(freq - prob) <= tolerance, f"token {token}: frequency {freq:.4f}, probability {prob:.4f}"
 
 
 def softmax(values: list[float]) -> list[float]:

@@ -11,7 +11,7 @@ from nvllm.sampling.bad_words import bad_words_token_ids
 from nvllm.sampling.request_processing import request_processing
 from nvllm.sampling.sampler import Sampler
 from nvllm.scheduler.sequence import Sequence
-from tests.sampling.test_sampler import assert_follows
+from tests.helpers.sampled_frequencies import assert_follows
 
 NUM_DRAWS = 40_000
 PROBS = [0.5, 0.3, 0.15, 0.05]
