@@ -14,13 +14,12 @@ their log-sum-exps (flash-decoding).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
+from nvllm.ops.triton_interpreter import INTERPRETED
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
 # KV tokens per loop iteration (a KV block holds a whole number of them). A step of many rows, one program
@@ -218,8 +217,6 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
-# Triton's interpreter (the CPU tests) runs no PTX; like Triton, read its setting once, at import
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 
 

@@ -11,12 +11,12 @@ to its token. The numbers differ from the torch race's (another generator); the 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+from nvllm.ops.triton_interpreter import INTERPRETED
 
 BLOCK = 1024  # logits a lane group reads per Philox call: a tile is 4 * BLOCK logits
 TILE = 4 * BLOCK
@@ -25,8 +25,6 @@ NUM_WARPS = 4
 # its vocabulary over the GPU and a batch of hundreds takes each row in one or a few chunks
 TARGET_PROGRAMS = 512
 TINY = torch.finfo(torch.float32).tiny
-# Triton's interpreter (the CPU's tests) has no fast log2: it takes the precise one
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -158,7 +156,7 @@ def race_in_kernels(
             num_chunks,
             BLOCK=BLOCK,
             TINY_NOISE=TINY,
-            FAST_LOG=not INTERPRETED,
+            FAST_LOG=not INTERPRETED,  # the interpreter has no fast log2: the precise one there
             num_warps=NUM_WARPS,
         )
         # one compiled variant for every batch size: the chunk counts are arguments, bounded by this
