@@ -9,7 +9,7 @@ class RMSNorm(nn.Module):
     """RMSNorm computed in fp32; given a residual, adds it first and returns the new residual too: one
     kernel, `nvllm::add_rms_norm`, in a compiled graph. `fuse_in_graph=True` leaves the add and the norm to
     inductor instead, which then fuses what follows into the same kernel: the activation quantization of fp8
-    matmuls (`nvllm.ops.fp8_linear_ops`)."""
+    matmuls (`nvllm.ops.fp8_linear_ops`), which batches small enough for the skinny kernel do not have."""
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, fuse_in_graph: bool = False):
         super().__init__()
