@@ -14,9 +14,8 @@ high bytes of the word's halves (with the lower byte's sign copied into the byte
 arithmetic shift by four, a mask and the multiply, each pair on the integer and FMA pipes.
 
 `ENABLED` is the switch, which the engine sets from `model.fp8_move_bits`; Triton's interpreter, which runs
-no PTX, always takes Triton's own conversion. On the H200 the conversions give the same bits, and the MoE
-grouped matmuls over fp8 experts take 1.5x less time at 256 tokens with this one
-(experiments/results/2026-12-05-h200-ab-candidates.md).
+no PTX, always takes Triton's own conversion. Both conversions give the same bits; the times of each are in
+experiments/results/2026-12-05-h200-ab-candidates.md.
 """
 
 from __future__ import annotations
