@@ -13,7 +13,12 @@ its best split count and tile, and with `--launches` the default's fastest launc
 warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`): what an
 fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches [--warps 2]]]`"""
+With `--orders`: the Triton kernel over the bf16 and the fp8 cache with its programs started KV heads first
+and rows first (`paged_decode_attention.HEADS_FIRST`), each in its best split count and tile: whether a row's
+heads reading each token's KV side by side keep more of the memory system's bandwidth.
+
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches [--warps 2]]]
+[--orders]`"""
 
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from nvllm.ops import paged_decode_attention as decode_module
 from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
+FP8 = torch.float8_e4m3fn
 SCALE = HEAD_DIM**-0.5
 NUM_BLOCKS = 4096
 QUERY_HEADS = {"qwen3-0.6b": 16, "qwen3-8b": 32}
@@ -159,11 +165,32 @@ def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool, grid: dict[str, 
         )
 
 
+GRID_ORDERS = {"heads first": True, "rows first": False}
+
+
+def orders_main(batch_rows: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    caches = {"bf16": (k_cache, v_cache), "fp8": (k_cache.to(FP8), v_cache.to(FP8))}
+    for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
+        parts = []
+        for cache_name, (keys, values) in caches.items():
+            gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * keys.element_size() / 1e9
+            for order, heads_first in GRID_ORDERS.items():
+                decode_module.HEADS_FIRST = heads_first
+                us, at = best_triton_us(query, keys, values, seqlens, tables)
+                parts.append(f"{cache_name} {order} {us:.1f} us {at} ({gb / us * 1e3:.2f} TB/s)")
+        decode_module.HEADS_FIRST = True
+        print(f"{model} {rows:3d} rows x up to {context:4d} tokens: " + " | ".join(parts), flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
     parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
     parser.add_argument("--launches", action="store_true", help="with --fp8: sweep the default's launches")
+    parser.add_argument("--orders", action="store_true", help="both caches, heads first and rows first")
     for axis, values in LAUNCH_GRID.items():
         parser.add_argument(
             f"--{axis}", default=",".join(map(str, values)), help=f"with --launches: the {axis} tried"
@@ -171,7 +198,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     grid = {axis: tuple(int(value) for value in getattr(args, axis).split(",")) for axis in LAUNCH_GRID}
     batch_rows = tuple(int(rows) for rows in args.rows.split(","))
-    if args.fp8:
+    if args.orders:
+        orders_main(batch_rows)
+    elif args.fp8:
         fp8_main(batch_rows, args.launches, grid)
     else:
         main(batch_rows)

@@ -99,11 +99,18 @@ def _paged_decode_kernel(
     DOT_DTYPE: tl.constexpr,
     STAGED_FP8_VALUES: tl.constexpr,
     IN_PTX: tl.constexpr,
+    HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)
-    row = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    if HEADS_FIRST:
+        kv_head = tl.program_id(0)
+        row = tl.program_id(1)
+        num_rows = tl.num_programs(1)
+    else:
+        row = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        num_rows = tl.num_programs(0)
     split = tl.program_id(2)
     seqlen = tl.load(seqlens_ptr + row)
     # this split's KV tokens: a whole number of BLOCK_N tiles; splits past the end of a short row get none
@@ -159,7 +166,6 @@ def _paged_decode_kernel(
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
     # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
-    num_rows = tl.num_programs(0)
     out_ptr += split * num_rows * out_row_stride
     tl.store(
         out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
@@ -218,6 +224,10 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
 
 
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
+# The grid's fastest axis, the order programs start in. KV heads first: a row's heads run side by side and
+# read each token's KV, all heads of it adjacent in the cache, at about the same time; rows first: the
+# programs running together each read one head's slice of every token (the bench's comparison).
+HEADS_FIRST = True
 
 
 def paged_decode_attention(
@@ -251,7 +261,8 @@ def paged_decode_attention(
     if num_splits > 1:
         split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
         split_lse = lse.new_empty((num_splits, rows, num_heads))
-    _paged_decode_kernel[(rows, num_kv_heads, num_splits)](
+    grid = (num_kv_heads, rows, num_splits) if HEADS_FIRST else (rows, num_kv_heads, num_splits)
+    _paged_decode_kernel[grid](
         query,
         k_cache,
         v_cache,
@@ -275,6 +286,7 @@ def paged_decode_attention(
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
+        HEADS_FIRST=HEADS_FIRST,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),

@@ -243,11 +243,13 @@ assert untouched.isnan().all()  # entries that are no block's first use write no
 
 def test_the_triton_decode_kernel_reads_an_fp8_cache_as_the_torch_reference_in_the_interpreter():
     """The kernel over an fp8 cache (its dots in fp16) at lengths on the 64-token tile's edges, whole and in
-    KV splits; the GPU test does the same at the real shapes."""
+    KV splits, its programs started heads first and rows first; the GPU test does the same at the real
+    shapes."""
     run_in_interpreter(
         """
 import torch
 from nvllm.ops.fp8_kv_cache import FP8_KV
+from nvllm.ops import paged_decode_attention as decode_module
 from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.torch_attention import decode_attention_with_lse
 
@@ -262,7 +264,8 @@ query = torch.randn(rows, 4, 32, generator=generator).to(torch.bfloat16)
 scale = 32**-0.5
 expected_out, expected_lse = decode_attention_with_lse(query.float(), k_cache, v_cache, seqlens, tables,
                                                        scale)
-for splits in (1, 4):
+for splits, heads_first in [(1, True), (4, True), (1, False), (4, False)]:
+    decode_module.HEADS_FIRST = heads_first
     out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, splits, 64)
     torch.testing.assert_close(out.float(), expected_out, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=1e-3, rtol=1e-4)
