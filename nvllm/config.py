@@ -120,8 +120,8 @@ class SchedulerConfig:
     group_prefixes: bool = True
     # A decode round's rows ordered by their sequences' lengths, longest first, rather than by arrival: the
     # decode attention kernel's programs start in row order, so the longest rows start first and the
-    # shortest fill the last wave. Off until measured against arrival order on the GPU.
-    longest_first: bool = False
+    # shortest fill the last wave (experiments/results/2026-12-05-h200-decode-order.md). False: arrival.
+    longest_first: bool = True
     # The order requests are served in: fcfs (by arrival) | priority (by each request's `priority`, lower
     # first, then arrival; a waiting request may preempt running ones of lower priority for KV blocks)
     policy: str = "fcfs"
