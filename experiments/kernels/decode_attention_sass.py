@@ -40,15 +40,10 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "seqlens_ptr": "*i32",
         "out_ptr": "*bf16",
         "lse_ptr": "*fp32",
-        "final_out_ptr": "*bf16",
-        "final_lse_ptr": "*fp32",
-        "arrivals_ptr": "*i32",
         "query_row_stride": "i32",
         "query_head_stride": "i32",
         "out_row_stride": "i32",
         "out_head_stride": "i32",
-        "final_out_row_stride": "i32",
-        "final_out_head_stride": "i32",
         "block_table_stride": "i32",
         "scale": "fp32",
     }
@@ -63,8 +58,6 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "DOT_DTYPE": tl.float16 if fp8 else tl.bfloat16,
         "STAGED_FP8_VALUES": fp8 and decode_module.STAGE_FP8_VALUES,
         "IN_PTX": True,
-        "HEADS_FIRST": decode_module.HEADS_FIRST,
-        "LAST_SPLIT_COMBINES": False,
         "PDL": True,
     }
     return compile_for_hopper(

@@ -83,15 +83,10 @@ def _paged_decode_kernel(
     seqlens_ptr,
     out_ptr,
     lse_ptr,
-    final_out_ptr,
-    final_lse_ptr,
-    arrivals_ptr,
     query_row_stride,
     query_head_stride,
     out_row_stride,
     out_head_stride,
-    final_out_row_stride,
-    final_out_head_stride,
     block_table_stride,
     scale,
     BLOCK_SIZE: tl.constexpr,
@@ -105,12 +100,8 @@ def _paged_decode_kernel(
     STAGED_FP8_VALUES: tl.constexpr,
     IN_PTX: tl.constexpr,
     HEADS_FIRST: tl.constexpr,
-    LAST_SPLIT_COMBINES: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """With NUM_SPLITS > 1, out and lse take each split's partial result; where LAST_SPLIT_COMBINES, the
-    last of a (row, KV head)'s splits to finish combines them into final_out and final_lse (see
-    `_combine_in_last_split`), and no second kernel is launched."""
     wait_for_prior_kernel(PDL)
     if HEADS_FIRST:
         kv_head = tl.program_id(0)
@@ -175,111 +166,15 @@ def _paged_decode_kernel(
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
     # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
-    partial_row = split * num_rows + row
+    out_ptr += split * num_rows * out_row_stride
     tl.store(
-        out_ptr + partial_row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
+        out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
         out.to(out_ptr.dtype.element_ty),
         mask=in_group[:, None],
     )
     lse = tl.where(attended, (running_max + tl.log2(safe_normaliser)) * LN_2, float("-inf"))
-    tl.store(lse_ptr + partial_row * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
-    if NUM_SPLITS > 1 and LAST_SPLIT_COMBINES:
-        _combine_in_last_split(
-            out_ptr,
-            lse_ptr,
-            final_out_ptr,
-            final_lse_ptr,
-            arrivals_ptr,
-            row,
-            kv_head,
-            num_rows,
-            out_row_stride,
-            out_head_stride,
-            final_out_row_stride,
-            final_out_head_stride,
-            NUM_KV_HEADS,
-            GROUP,
-            GROUP_ROWS,
-            HEAD_DIM,
-            NUM_SPLITS,
-        )
-
-
-@triton.jit
-def _combine_in_last_split(
-    partial_out_ptr,
-    partial_lse_ptr,
-    out_ptr,
-    lse_ptr,
-    arrivals_ptr,
-    row,
-    kv_head,
-    num_rows,
-    partial_row_stride,
-    partial_head_stride,
-    out_row_stride,
-    out_head_stride,
-    NUM_KV_HEADS: tl.constexpr,
-    GROUP: tl.constexpr,
-    GROUP_ROWS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-):
-    """Called by every split of (row, KV head) once its partial result is stored: each counts its arrival,
-    and the last to arrive combines the splits' partial outputs, weighted by their share of the softmax's
-    normaliser, and sets the count back to zero for the next launch. A second kernel would cost a launch
-    and, under programmatic dependent launch, a wait, at every layer of a small batch's step.
-
-    The partials of the other splits are visible to the last one by the usual release/acquire pairing: all
-    of a program's threads have stored before the barrier, one thread then counts with a release (and
-    acquire) at GPU scope, and the last program's loads come after its own acquiring count, from the L2
-    (`.cg`), where the other SMs' stores went."""
-    tl.debug_barrier()
-    counter = arrivals_ptr + row * NUM_KV_HEADS + kv_head
-    arrived_before = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if arrived_before == NUM_SPLITS - 1:
-        group = tl.arange(0, GROUP_ROWS)
-        dims = tl.arange(0, HEAD_DIM)
-        heads = kv_head * GROUP + group
-        in_group = group < GROUP
-        running_lse = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
-        total = tl.zeros([GROUP_ROWS], tl.float32)
-        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
-        for split in range(NUM_SPLITS):
-            partial_row = split * num_rows + row
-            partial_lse = tl.load(
-                partial_lse_ptr + partial_row * NUM_KV_HEADS * GROUP + heads,
-                mask=in_group,
-                other=float("-inf"),
-                cache_modifier=".cg",
-            )
-            partial_out = tl.load(
-                partial_out_ptr
-                + partial_row * partial_row_stride
-                + heads[:, None] * partial_head_stride
-                + dims[None, :],
-                mask=in_group[:, None],
-                other=0.0,
-                cache_modifier=".cg",
-            )
-            new_lse = tl.maximum(running_lse, partial_lse)
-            reference = tl.where(new_lse == float("-inf"), 0.0, new_lse)  # nothing attended yet: no scale
-            rescale = tl.exp(running_lse - reference)
-            weight = tl.exp(partial_lse - reference)
-            total = total * rescale + weight
-            acc = acc * rescale[:, None] + partial_out * weight[:, None]
-            running_lse = new_lse
-        attended = total > 0  # no split attended: zeros and -inf
-        out = acc / tl.where(attended, total, 1.0)[:, None]
-        tl.store(
-            out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
-            out.to(out_ptr.dtype.element_ty),
-            mask=in_group[:, None],
-        )
-        reference = tl.where(running_lse == float("-inf"), 0.0, running_lse)
-        lse = tl.where(attended, reference + tl.log(tl.where(attended, total, 1.0)), float("-inf"))
-        tl.store(lse_ptr + row * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
-        tl.store(counter, 0)
+    lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
+    tl.store(lse_ptr + heads, lse, mask=in_group)
 
 
 @triton.jit
@@ -333,29 +228,6 @@ STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout 
 # read each token's KV, all heads of it adjacent in the cache, at about the same time; rows first: the
 # programs running together each read one head's slice of every token (the bench's comparison).
 HEADS_FIRST = True
-# With KV splits, the last split of each (row, KV head) to finish combines the partial results
-# (`_combine_in_last_split`); False: a second kernel combines them after the first (the bench's comparison).
-LAST_SPLIT_COMBINES = False
-MAX_ARRIVAL_COUNTERS = 1 << 16  # (row, KV head) pairs of one launch with splits: far past any split rule's
-_arrival_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def arrival_counters(device: torch.device, needed: int) -> torch.Tensor:
-    """The device's counters of finished splits, zeros between launches (each launch's last splits set
-    theirs back): allocated once, outside any CUDA graph capture, so that every graph shares them."""
-    counters = _arrival_counters.get(device)
-    if counters is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "decode attention's split counters are allocated at the kernel's first launch, which must "
-                "run before a CUDA graph captures it"
-            )
-        counters = _arrival_counters[device] = torch.zeros(
-            MAX_ARRIVAL_COUNTERS, dtype=torch.int32, device=device
-        )
-    if needed > counters.numel():
-        raise ValueError(f"{needed} (row, KV head) pairs with KV splits: at most {counters.numel()} a launch")
-    return counters
 
 
 def paged_decode_attention(
@@ -389,8 +261,6 @@ def paged_decode_attention(
     if num_splits > 1:
         split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
         split_lse = lse.new_empty((num_splits, rows, num_heads))
-    combine_in_kernel = num_splits > 1 and LAST_SPLIT_COMBINES
-    arrivals = arrival_counters(query.device, rows * num_kv_heads) if combine_in_kernel else seqlens_k
     grid = (num_kv_heads, rows, num_splits) if HEADS_FIRST else (rows, num_kv_heads, num_splits)
     _paged_decode_kernel[grid](
         query,
@@ -400,15 +270,10 @@ def paged_decode_attention(
         seqlens_k,
         split_out,
         split_lse,
-        out,
-        lse,
-        arrivals,
         query.stride(0),
         query.stride(1),
         split_out.stride(-3),
         split_out.stride(-2),
-        out.stride(0),
-        out.stride(1),
         block_tables.stride(0),
         scale,
         BLOCK_SIZE=block_size,
@@ -422,12 +287,11 @@ def paged_decode_attention(
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
         HEADS_FIRST=HEADS_FIRST,
-        LAST_SPLIT_COMBINES=combine_in_kernel,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),
     )
-    if num_splits > 1 and not combine_in_kernel:
+    if num_splits > 1:
         _combine_splits_kernel[(rows, num_heads)](
             split_out,
             split_lse,
