@@ -58,6 +58,7 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "DOT_DTYPE": tl.float16 if fp8 else tl.bfloat16,
         "STAGED_FP8_VALUES": fp8 and decode_module.STAGE_FP8_VALUES,
         "IN_PTX": True,
+        "HEADS_FIRST": decode_module.HEADS_FIRST,
         "PDL": True,
     }
     return compile_for_hopper(
