@@ -19,8 +19,11 @@ cores and two of timing on an H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
+`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s: two runs that differ in it
+say whether a band's row tile is the right one (the table printed is then for that tile, not to paste).
 
-`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]]`"""
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]]
+[--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -99,13 +102,21 @@ def experts(fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
     return layer_experts(fp8)
 
 
-def matmul_of_batch(tokens: int, gated: bool, fp8: bool) -> tuple[Callable, int, int]:
+def tile_rows(tokens: int, forced: int | None) -> int:
+    """The row tile a batch of `tokens` tokens is swept at: `forced` where given, else `row_tile`'s."""
+    return forced or row_tile(tokens * TOP_K, NUM_EXPERTS)
+
+
+def matmul_of_batch(
+    tokens: int, gated: bool, fp8: bool, forced_tile: int | None = None
+) -> tuple[Callable, int, int]:
     """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens (on `fp8` experts),
-    to be called with its `config`; the batch's row tile and the number of experts it touches."""
+    to be called with its `config`; the batch's row tile (`forced_tile` where given) and the number of
+    experts it touches."""
     gate_up, down, gate_up_scale, down_scale = experts(fp8)
     x, weights, ids = routed_batch(tokens)
     num_pairs = tokens * TOP_K
-    block_m = row_tile(num_pairs, NUM_EXPERTS)
+    block_m = tile_rows(tokens, forced_tile)
     sorted_pairs, tile_expert = align_by_expert(ids, NUM_EXPERTS, block_m)
     pair_weights = weights.flatten().contiguous()
     tiles = dict(
@@ -123,11 +134,12 @@ def matmul_of_batch(tokens: int, gated: bool, fp8: bool) -> tuple[Callable, int,
     return run, block_m, ids.unique().numel()
 
 
-def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, move_bits, config)`."""
-    tokens, gated, fp8, move_bits, config = trial
+def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig, int | None]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, move_bits, config,
+    forced_tile)`."""
+    tokens, gated, fp8, move_bits, config, forced_tile = trial
     e4m3_to_bf16.ENABLED = move_bits
-    run, _, _ = matmul_of_batch(tokens, gated, fp8)
+    run, _, _ = matmul_of_batch(tokens, gated, fp8, forced_tile)
     try:
         run(config=config)
     except triton.runtime.errors.OutOfResources:
@@ -135,7 +147,7 @@ def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig]) -> Non
     torch.cuda.synchronize()
 
 
-def compile_all(token_counts: list[int], jobs: int, fp8: bool) -> None:
+def compile_all(token_counts: list[int], jobs: int, fp8: bool, forced_tile: int | None = None) -> None:
     """`compile_one` over the grid in `jobs` processes, once per kernel specialization: token counts with
     the same row tile, whose pair counts are alike multiples of 16 or not, share their kernels."""
     # by its name, so the workers can find `compile_one`
@@ -143,10 +155,10 @@ def compile_all(token_counts: list[int], jobs: int, fp8: bool) -> None:
 
     kinds = {}
     for tokens in token_counts:
-        block_m = row_tile(tokens * TOP_K, NUM_EXPERTS)
+        block_m = tile_rows(tokens, forced_tile)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
-        (tokens, gated, fp8, e4m3_to_bf16.ENABLED, config)
+        (tokens, gated, fp8, e4m3_to_bf16.ENABLED, config, forced_tile)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in GRID
@@ -157,10 +169,12 @@ def compile_all(token_counts: list[int], jobs: int, fp8: bool) -> None:
         list(pool.map(sweep.compile_one, trials, chunksize=4))
 
 
-def timed_configs(tokens: int, gated: bool, fp8: bool) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
+def timed_configs(
+    tokens: int, gated: bool, fp8: bool, forced_tile: int | None = None
+) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
     """µs per call of each configuration of the grid that fits (and of the table's); the row tile and
     the experts touched."""
-    run, block_m, touched = matmul_of_batch(tokens, gated, fp8)
+    run, block_m, touched = matmul_of_batch(tokens, gated, fp8, forced_tile)
     configs = [c for c in GRID if in_grid(c, block_m, gated, shared_memory(), fp8)]
     table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
     times = {}
@@ -176,7 +190,9 @@ def launch(config: GroupedMatmulConfig) -> str:
     return f"({config.block_n}, {config.block_k}, {config.num_warps}, {config.num_stages})"
 
 
-def sweep(token_counts: list[int], fp8: bool) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
+def sweep(
+    token_counts: list[int], fp8: bool, forced_tile: int | None = None
+) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
     """Times every matmul at every token count; prints each one's fastest configuration against the
     table's."""
     gate_up, down, gate_up_scale, down_scale = experts(fp8)
@@ -184,7 +200,7 @@ def sweep(token_counts: list[int], fp8: bool) -> dict[tuple[int, str], dict[Grou
     results = {}
     for tokens in token_counts:
         for name, gated in MATMULS.items():
-            times, block_m, touched = timed_configs(tokens, gated, fp8)
+            times, block_m, touched = timed_configs(tokens, gated, fp8, forced_tile)
             best = min(times, key=times.get)
             table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
             gb = touched * one_expert[name] / 1e9
@@ -247,9 +263,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
     )
+    parser.add_argument(
+        "--row-tile", type=int, choices=(16, 32, 64), help="every token count at this row tile"
+    )
     add_fp8_arguments(parser, "experts")
     args = parser.parse_args()
     convert_as_asked(parser, args)
     if args.jobs:
-        compile_all(args.tokens, args.jobs, args.fp8)
-    print_table(args.tokens, sweep(args.tokens, args.fp8), args.fp8)
+        compile_all(args.tokens, args.jobs, args.fp8, args.row_tile)
+    print_table(args.tokens, sweep(args.tokens, args.fp8, args.row_tile), args.fp8)
