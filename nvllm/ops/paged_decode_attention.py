@@ -228,6 +228,15 @@ STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout 
 # read each token's KV, all heads of it adjacent in the cache, at about the same time; rows first: the
 # programs running together each read one head's slice of every token (the bench's comparison).
 HEADS_FIRST = True
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, where heads first puts the rows
+
+
+def decode_grid(rows: int, num_kv_heads: int, num_splits: int) -> tuple[tuple[int, int, int], bool]:
+    """The kernel's grid and whether it starts heads first (`HEADS_FIRST`, unless the rows are more than
+    the grid's second axis takes: rows first then, on the first axis)."""
+    heads_first = HEADS_FIRST and rows <= MAX_GRID_Y
+    grid = (num_kv_heads, rows, num_splits) if heads_first else (rows, num_kv_heads, num_splits)
+    return grid, heads_first
 
 
 def paged_decode_attention(
@@ -261,7 +270,7 @@ def paged_decode_attention(
     if num_splits > 1:
         split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
         split_lse = lse.new_empty((num_splits, rows, num_heads))
-    grid = (num_kv_heads, rows, num_splits) if HEADS_FIRST else (rows, num_kv_heads, num_splits)
+    grid, heads_first = decode_grid(rows, num_kv_heads, num_splits)
     _paged_decode_kernel[grid](
         query,
         k_cache,
@@ -286,7 +295,7 @@ def paged_decode_attention(
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
-        HEADS_FIRST=HEADS_FIRST,
+        HEADS_FIRST=heads_first,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(query.device),

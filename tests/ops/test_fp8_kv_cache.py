@@ -271,3 +271,15 @@ for splits, heads_first in [(1, True), (4, True), (1, False), (4, False)]:
     torch.testing.assert_close(lse, expected_lse, atol=1e-3, rtol=1e-4)
 """
     )
+
+
+def test_the_decode_grid_starts_heads_first_unless_the_rows_pass_the_grids_second_axis(monkeypatch):
+    pytest.importorskip("triton")
+    from nvllm.ops import paged_decode_attention as decode_module
+    from nvllm.ops.paged_decode_attention import MAX_GRID_Y, decode_grid
+
+    assert decode_grid(256, 8, 2) == ((8, 256, 2), True)
+    assert decode_grid(MAX_GRID_Y, 8, 1) == ((8, MAX_GRID_Y, 1), True)
+    assert decode_grid(MAX_GRID_Y + 1, 8, 1) == ((MAX_GRID_Y + 1, 8, 1), False)  # CUDA would refuse it
+    monkeypatch.setattr(decode_module, "HEADS_FIRST", False)
+    assert decode_grid(256, 8, 2) == ((256, 8, 2), False)
