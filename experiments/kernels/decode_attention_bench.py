@@ -34,10 +34,10 @@ from flash_attn import flash_attn_with_kvcache
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.attention.paging import blocks_for
 from nvllm.ops import paged_decode_attention as decode_module
+from nvllm.ops.fp8_kv_cache import FP8_KV
 from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
-FP8 = torch.float8_e4m3fn
 SCALE = HEAD_DIM**-0.5
 NUM_BLOCKS = 4096
 QUERY_HEADS = {"qwen3-0.6b": 16, "qwen3-8b": 32}
@@ -47,6 +47,13 @@ FLASH_SPLITS = (1, 2, 4, 8, 16, 0)  # 0: flash-attn's own choice
 TRITON_SPLITS = (1, 2, 4, 8, 16, 32)
 TILES = (TILE_TOKENS, LONG_TILE_TOKENS)
 MAX_PROGRAMS = 4096  # Triton split counts past this many (row, KV head, split) programs are not tried
+
+
+def random_caches() -> tuple[torch.Tensor, torch.Tensor]:
+    """A bf16 K and V cache of `NUM_BLOCKS` blocks, the same random values in every run."""
+    torch.manual_seed(0)
+    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    return k_cache, torch.randn_like(k_cache)
 
 
 def decode_cases(batch_rows: tuple[int, ...]) -> Iterator[tuple]:
@@ -77,9 +84,7 @@ def triton_times(query, k_cache, v_cache, seqlens, tables) -> dict[tuple[int, in
 
 
 def main(batch_rows: tuple[int, ...]) -> None:
-    torch.manual_seed(0)
-    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
+    k_cache, v_cache = random_caches()
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
         flash = {
             splits: time_us(
@@ -123,10 +128,8 @@ LAUNCH_GRID = {"splits": (1, 2, 4), "tiles": (64, 128, 256), "warps": (4, 8), "s
 
 
 def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool, grid: dict[str, tuple[int, ...]]) -> None:
-    torch.manual_seed(0)
-    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
-    k_fp8, v_fp8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+    k_cache, v_cache = random_caches()
+    k_fp8, v_fp8 = k_cache.to(FP8_KV), v_cache.to(FP8_KV)
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
         bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
         fp8 = {}
@@ -169,10 +172,9 @@ GRID_ORDERS = {"heads first": True, "rows first": False}
 
 
 def orders_main(batch_rows: tuple[int, ...]) -> None:
-    torch.manual_seed(0)
-    k_cache = torch.randn(NUM_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
-    caches = {"bf16": (k_cache, v_cache), "fp8": (k_cache.to(FP8), v_cache.to(FP8))}
+    k_cache, v_cache = random_caches()
+    caches = {"bf16": (k_cache, v_cache), "fp8": (k_cache.to(FP8_KV), v_cache.to(FP8_KV))}
+    default_order = decode_module.HEADS_FIRST
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
         parts = []
         for cache_name, (keys, values) in caches.items():
@@ -181,7 +183,7 @@ def orders_main(batch_rows: tuple[int, ...]) -> None:
                 decode_module.HEADS_FIRST = heads_first
                 us, at = best_triton_us(query, keys, values, seqlens, tables)
                 parts.append(f"{cache_name} {order} {us:.1f} us {at} ({gb / us * 1e3:.2f} TB/s)")
-        decode_module.HEADS_FIRST = True
+        decode_module.HEADS_FIRST = default_order
         print(f"{model} {rows:3d} rows x up to {context:4d} tokens: " + " | ".join(parts), flush=True)
 
 
