@@ -3,21 +3,22 @@ Triton kernel (`nvllm.ops.paged_decode_attention`) in its, over batch rows x con
 length drawn from [length / 2, length]), for Qwen3-0.6B's and Qwen3-8B's heads (16 and 32 queries over 8
 KV heads of 128; KV blocks of 256 tokens). Each time is one call inside a CUDA graph, its KV read from
 memory (`experiments.kernels.skinny_matmul_bench.time_us`); the Triton kernel's in each of its tiles (KV
-tokens a
-loop iteration) too. What decode's kernel (the Triton one), its split rule
+tokens a loop iteration) too. What decode's kernel (the Triton one), its split rule
 (`FlashAttnBackend.decode_kv_splits`) and its tile rule (`paged_decode_attention.tile_tokens`) are chosen by.
 
 With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
 value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
-its best split count and tile, and with `--launches` the default's fastest launches over splits, tiles,
-warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`): what an
-fp8 cache's halved bytes buy in decode, and which conversion and launch of its elements keep them.
+its best split count and tile: what an fp8 cache's halved bytes buy in decode.
+
+With `--launches`: the Triton kernel over the bf16 and the fp8 cache in each launch of a grid of splits,
+tiles, warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`),
+the fastest listed beside the launch decode makes today (`paged_decode_attention.warps_and_stages`).
 
 With `--orders`: the Triton kernel over the bf16 and the fp8 cache with its programs started KV heads first
 and rows first (`paged_decode_attention.HEADS_FIRST`), each in its best split count and tile: whether a row's
 heads reading each token's KV side by side keep more of the memory system's bandwidth.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8 [--launches [--warps 2]]]
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8] [--launches [--stages 2,3]]
 [--orders]`"""
 
 from __future__ import annotations
@@ -32,10 +33,16 @@ import triton
 from flash_attn import flash_attn_with_kvcache
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.paging import blocks_for
 from nvllm.ops import paged_decode_attention as decode_module
 from nvllm.ops.fp8_kv_cache import FP8_KV
-from nvllm.ops.paged_decode_attention import LONG_TILE_TOKENS, TILE_TOKENS, paged_decode_attention
+from nvllm.ops.paged_decode_attention import (
+    LONG_TILE_TOKENS,
+    TILE_TOKENS,
+    paged_decode_attention,
+    tile_tokens,
+)
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
 SCALE = HEAD_DIM**-0.5
@@ -124,10 +131,58 @@ def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tup
 
 
 FASTEST_SHOWN = 4  # launches listed a case, fastest first
-LAUNCH_GRID = {"splits": (1, 2, 4), "tiles": (64, 128, 256), "warps": (4, 8), "stages": (2, 3, 4)}
+# splits 0: the backend's own count (`FlashAttnBackend.decode_kv_splits`); each split count and tile is a
+# kernel of its own to compile, so the default grid keeps to the launches worth comparing
+LAUNCH_GRID = {"splits": (0,), "tiles": (64, 128), "warps": (4, 8), "stages": (2, 3, 4)}
 
 
-def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool, grid: dict[str, tuple[int, ...]]) -> None:
+def launch_times(query, k_cache, v_cache, seqlens, tables, grid) -> dict[tuple[int, int, int, int], float]:
+    """The Triton kernel's µs at each (splits, tile, warps, stages) of `grid` its shared memory holds."""
+    rows = query.shape[0]
+    by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
+    times = {}
+    for splits, tile, warps, stages in itertools.product(*(grid[axis] for axis in LAUNCH_GRID)):
+        splits = splits or FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
+        if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
+            continue
+        try:
+            times[splits, tile, warps, stages] = time_us(
+                partial(by_triton, splits, tile, num_warps=warps, num_stages=stages)
+            )
+        except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
+            continue
+    return times
+
+
+def default_launch(rows: int) -> tuple[int, int, int, int]:
+    """The (splits, tile, warps, stages) decode launches with today."""
+    splits = FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
+    return splits, tile_tokens(rows, KV_HEADS, splits), *decode_module.warps_and_stages()
+
+
+def launches_main(batch_rows: tuple[int, ...], grid: dict[str, tuple[int, ...]]) -> None:
+    k_cache, v_cache = random_caches()
+    caches = {"bf16": (k_cache, v_cache), "fp8": (k_cache.to(FP8_KV), v_cache.to(FP8_KV))}
+    for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
+        parts = []
+        for cache_name, (keys, values) in caches.items():
+            gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * keys.element_size() / 1e9
+            times = launch_times(query, keys, values, seqlens, tables, grid)
+            default = default_launch(rows)
+            if default not in times:
+                times[default] = time_us(
+                    partial(paged_decode_attention, query, keys, values, seqlens, tables, SCALE, *default[:2])
+                )
+            fastest = sorted(times, key=times.get)[:FASTEST_SHOWN]
+            parts.append(
+                f"{cache_name} default {default} {times[default]:.1f} us "
+                f"({gb / times[default] * 1e3:.2f} TB/s), fastest "
+                + ", ".join(f"{at} {times[at]:.1f} us ({gb / times[at] * 1e3:.2f} TB/s)" for at in fastest)
+            )
+        print(f"{model} {rows:3d} rows x up to {context:4d} tokens: " + " | ".join(parts), flush=True)
+
+
+def fp8_main(batch_rows: tuple[int, ...]) -> None:
     k_cache, v_cache = random_caches()
     k_fp8, v_fp8 = k_cache.to(FP8_KV), v_cache.to(FP8_KV)
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
@@ -137,33 +192,13 @@ def fp8_main(batch_rows: tuple[int, ...], sweep_launches: bool, grid: dict[str, 
             decode_module.STAGE_FP8_VALUES = staged
             fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
         decode_module.STAGE_FP8_VALUES = True
-        by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE)
-        launches = {}
-        tried = itertools.product(*(grid[axis] for axis in LAUNCH_GRID)) if sweep_launches else ()
-        for launch in tried:
-            splits, tile, warps, stages = launch
-            if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
-                continue
-            try:
-                launches[launch] = time_us(partial(by_fp8, splits, tile, num_warps=warps, num_stages=stages))
-            except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
-                continue
         mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
-        fastest = sorted(launches, key=launches.get)[:FASTEST_SHOWN]
-        swept = (
-            " | default, fastest (splits, tile, warps, stages) "
-            + ", ".join(
-                f"{launch}: {launches[launch]:.1f} us ({mb / 2 / launches[launch]:.2f} TB/s)"
-                for launch in fastest
-            )
-            if launches
-            else ""
-        )
         print(
             f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
             f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, "
-            + ", ".join(f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items())
-            + swept,
+            + ", ".join(
+                f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items()
+            ),
             flush=True,
         )
 
@@ -191,7 +226,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="batch sizes, comma-separated")
     parser.add_argument("--fp8", action="store_true", help="the Triton kernel over bf16 and fp8 caches")
-    parser.add_argument("--launches", action="store_true", help="with --fp8: sweep the default's launches")
+    parser.add_argument(
+        "--launches", action="store_true", help="both caches over splits, tiles, warps, stages"
+    )
     parser.add_argument("--orders", action="store_true", help="both caches, heads first and rows first")
     for axis, values in LAUNCH_GRID.items():
         parser.add_argument(
@@ -202,7 +239,9 @@ if __name__ == "__main__":
     batch_rows = tuple(int(rows) for rows in args.rows.split(","))
     if args.orders:
         orders_main(batch_rows)
+    elif args.launches:
+        launches_main(batch_rows, grid)
     elif args.fp8:
-        fp8_main(batch_rows, args.launches, grid)
+        fp8_main(batch_rows)
     else:
         main(batch_rows)

@@ -32,6 +32,18 @@ LONG_TILE_TOKENS = 128
 LONG_TILE_MIN_PROGRAMS = 1024  # (row, KV head) programs of a step without splits
 
 
+NUM_WARPS = 4
+# A loop iteration's KV loads are issued this many iterations minus one ahead of its dots (Triton's
+# software pipeline, one shared-memory buffer a tile in flight); 2 overlaps them with no dots of the
+# program's own, only with other programs' on the SM.
+PIPELINE_STAGES = 2
+
+
+def warps_and_stages() -> tuple[int, int]:
+    """The launch's warps a program and pipeline stages."""
+    return NUM_WARPS, PIPELINE_STAGES
+
+
 def tile_tokens(rows: int, num_kv_heads: int, num_splits: int) -> int:
     """KV tokens per loop iteration for a step of `rows` rows cut into `num_splits` splits."""
     many_programs = rows * num_kv_heads >= LONG_TILE_MIN_PROGRAMS
@@ -132,8 +144,9 @@ def _paged_decode_kernel(
     normaliser = tl.zeros([GROUP_ROWS], tl.float32)
     acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
     tokens = tl.arange(0, BLOCK_N)
+    table = block_tables_ptr + row * block_table_stride
+    block = tl.load(table + split_start // BLOCK_SIZE, mask=split_start < split_end, other=0).to(tl.int64)
     for start in range(split_start, split_end, BLOCK_N):
-        block = tl.load(block_tables_ptr + row * block_table_stride + start // BLOCK_SIZE).to(tl.int64)
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
         inside = start + tokens < split_end
         token_rows = slots[:, None] * NUM_KV_HEADS + kv_head
@@ -161,6 +174,9 @@ def _paged_decode_kernel(
             value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
         acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
         running_max = new_max
+        block = tl.load(
+            table + (start + BLOCK_N) // BLOCK_SIZE, mask=start + BLOCK_N < split_end, other=0
+        ).to(tl.int64)
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     attended = normaliser > 0  # a sequence with no KV: zero output, log-sum-exp -inf
     safe_normaliser = tl.where(attended, normaliser, 1.0)
@@ -248,8 +264,8 @@ def paged_decode_attention(
     scale: float,
     num_splits: int = 1,
     block_n: int | None = None,
-    num_warps: int = 4,
-    num_stages: int = 2,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
@@ -259,6 +275,7 @@ def paged_decode_attention(
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
+    default_warps, default_stages = warps_and_stages()
     assert query.stride(-1) == 1 and block_tables.stride(-1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert block_size % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
@@ -296,8 +313,8 @@ def paged_decode_attention(
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
         HEADS_FIRST=heads_first,
-        num_warps=num_warps,
-        num_stages=num_stages,
+        num_warps=num_warps or default_warps,
+        num_stages=num_stages or default_stages,
         **pdl_launch(query.device),
     )
     if num_splits > 1:

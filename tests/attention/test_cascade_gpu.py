@@ -94,10 +94,11 @@ def test_flash_cascade_matches_flash_plain_on_mixed_batches(copies):
     )
 
 
+@pytest.mark.parametrize("num_stages", [2, 3])  # 3: the next tile's loads in flight during a tile's dots
 @pytest.mark.parametrize("block_n", [64, 128])  # the kernel's two tiles (`tile_tokens`)
 @pytest.mark.parametrize("num_splits", [1, 2, 16])  # 16: more splits than a short row has 64-token tiles
 @pytest.mark.parametrize("heads", [HEADS, 4 * KV_HEADS])  # Qwen3-0.6B's groups of 2 queries, Qwen3-8B's of 4
-def test_triton_decode_kernel_matches_flash_attn(heads, num_splits, block_n):
+def test_triton_decode_kernel_matches_flash_attn(heads, num_splits, block_n, num_stages):
     from flash_attn import flash_attn_with_kvcache
 
     from nvllm.ops.paged_decode_attention import paged_decode_attention
@@ -114,7 +115,9 @@ def test_triton_decode_kernel_matches_flash_attn(heads, num_splits, block_n):
     # the query as the model hands it over: heads split off a wider row
     query = torch.randn(rows, heads + 2 * KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)[:, :heads]
     scale = HEAD_DIM**-0.5
-    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n)
+    out, lse = paged_decode_attention(
+        query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n, num_stages=num_stages
+    )
     expected_out, expected_lse = flash_attn_with_kvcache(
         query[:, None],
         k_cache,

@@ -22,9 +22,10 @@ def fp8_caches(num_blocks, generator):
     return [(2 * torch.randn(shape, generator=generator)).to(FP8_KV).cuda() for _ in range(2)]
 
 
+@pytest.mark.parametrize("num_stages", [2, 3])  # 3: the next tile's loads in flight during a tile's dots
 @pytest.mark.parametrize("num_splits", [1, 4, 32])
 @pytest.mark.parametrize("block_n", [64, 128])
-def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(num_splits, block_n):
+def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(num_splits, block_n, num_stages):
     from nvllm.ops.paged_decode_attention import paged_decode_attention
     from nvllm.ops.torch_attention import decode_attention_with_lse
 
@@ -35,7 +36,9 @@ def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(num_splits, 
     seqlens = torch.tensor(TILE_EDGE_LENGTHS, dtype=torch.int32, device="cuda")
     query = torch.randn(rows, NUM_HEADS, HEAD_DIM, generator=generator).to("cuda", torch.bfloat16)
     scale = HEAD_DIM**-0.5
-    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n)
+    out, lse = paged_decode_attention(
+        query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n, num_stages=num_stages
+    )
     expected_out, expected_lse = decode_attention_with_lse(query, k_cache, v_cache, seqlens, tables, scale)
     torch.testing.assert_close(out.float(), expected_out.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=1e-2, rtol=1e-3)
