@@ -154,10 +154,11 @@ def launch_times(query, k_cache, v_cache, seqlens, tables, grid) -> dict[tuple[i
     return times
 
 
-def default_launch(rows: int) -> tuple[int, int, int, int]:
+def default_launch(rows: int, fp8_cache: bool) -> tuple[int, int, int, int]:
     """The (splits, tile, warps, stages) decode launches with today."""
     splits = FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
-    return splits, tile_tokens(rows, KV_HEADS, splits), *decode_module.warps_and_stages()
+    tile = tile_tokens(rows, KV_HEADS, splits)
+    return splits, tile, *decode_module.warps_and_stages(fp8_cache, tile)
 
 
 def launches_main(batch_rows: tuple[int, ...], grid: dict[str, tuple[int, ...]]) -> None:
@@ -168,7 +169,7 @@ def launches_main(batch_rows: tuple[int, ...], grid: dict[str, tuple[int, ...]])
         for cache_name, (keys, values) in caches.items():
             gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * keys.element_size() / 1e9
             times = launch_times(query, keys, values, seqlens, tables, grid)
-            default = default_launch(rows)
+            default = default_launch(rows, keys.dtype == FP8_KV)
             if default not in times:
                 times[default] = time_us(
                     partial(paged_decode_attention, query, keys, values, seqlens, tables, SCALE, *default[:2])

@@ -34,14 +34,18 @@ LONG_TILE_MIN_PROGRAMS = 1024  # (row, KV head) programs of a step without split
 
 NUM_WARPS = 4
 # A loop iteration's KV loads are issued this many iterations minus one ahead of its dots (Triton's
-# software pipeline, one shared-memory buffer a tile in flight); 2 overlaps them with no dots of the
-# program's own, only with other programs' on the SM.
+# software pipeline, a shared-memory buffer a tile in flight). With 2 they overlap no dots of the program's
+# own, only other programs' on the SM: enough over a bf16 cache, and over an fp8 one in long tiles, while
+# an fp8 cache's short tiles keep the next one in flight
+# (experiments/results/2026-12-05-h200-decode-pipeline.md).
 PIPELINE_STAGES = 2
+FP8_SHORT_TILE_STAGES = 3
 
 
-def warps_and_stages() -> tuple[int, int]:
-    """The launch's warps a program and pipeline stages."""
-    return NUM_WARPS, PIPELINE_STAGES
+def warps_and_stages(fp8_cache: bool, tile: int) -> tuple[int, int]:
+    """The launch's warps a program and pipeline stages over a cache of `tile`-token loop iterations."""
+    short_fp8 = fp8_cache and tile == TILE_TOKENS
+    return NUM_WARPS, FP8_SHORT_TILE_STAGES if short_fp8 else PIPELINE_STAGES
 
 
 def tile_tokens(rows: int, num_kv_heads: int, num_splits: int) -> int:
@@ -275,7 +279,7 @@ def paged_decode_attention(
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
-    default_warps, default_stages = warps_and_stages()
+    default_warps, default_stages = warps_and_stages(k_cache.dtype == torch.float8_e4m3fn, block_n)
     assert query.stride(-1) == 1 and block_tables.stride(-1) == 1
     assert k_cache.is_contiguous() and v_cache.is_contiguous()
     assert block_size % block_n == 0 and head_dim == triton.next_power_of_2(head_dim)
