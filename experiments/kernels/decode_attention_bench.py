@@ -6,9 +6,10 @@ memory (`experiments.kernels.skinny_matmul_bench.time_us`); the Triton kernel's 
 tokens a loop iteration) too. What decode's kernel (the Triton one), its split rule
 (`FlashAttnBackend.decode_kv_splits`) and its tile rule (`paged_decode_attention.tile_tokens`) are chosen by.
 
-With `--fp8`: the Triton kernel alone, over a bf16 cache and over the same cache in float8 e4m3 with its
-value tiles converted as loaded and in the dot's layout (`paged_decode_attention.STAGE_FP8_VALUES`), each in
-its best split count and tile: what an fp8 cache's halved bytes buy in decode.
+With `--fp8`: the Triton kernel alone at the backend's split count, over a bf16 cache and over the same
+cache in float8 e4m3 in each of its conversions (`FP8_CONVERSIONS`: the elements read in pairs, the value
+tiles converted as loaded, both tiles in the dots' layouts), each at its default launch and its best of
+`FP8_LAUNCHES`: what an fp8 cache's halved bytes buy in decode.
 
 With `--launches`: the Triton kernel over the bf16 and the fp8 cache in each launch of a grid of splits,
 tiles, warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`),
@@ -183,23 +184,41 @@ def launches_main(batch_rows: tuple[int, ...], grid: dict[str, tuple[int, ...]])
         print(f"{model} {rows:3d} rows x up to {context:4d} tokens: " + " | ".join(parts), flush=True)
 
 
+FP8_CONVERSIONS = {  # (FP8_ELEMENT_PAIRS, STAGE_FP8_VALUES) of paged_decode_attention
+    "pairs": (True, True),
+    "value words staged": (False, True),
+    "in the dots' layouts": (False, False),
+}
+FP8_LAUNCHES = [(tile, stages) for tile in TILES for stages in (2, 3)]
+
+
 def fp8_main(batch_rows: tuple[int, ...]) -> None:
     k_cache, v_cache = random_caches()
     k_fp8, v_fp8 = k_cache.to(FP8_KV), v_cache.to(FP8_KV)
+    defaults = decode_module.FP8_ELEMENT_PAIRS, decode_module.STAGE_FP8_VALUES
     for model, rows, context, query, tables, seqlens in decode_cases(batch_rows):
-        bf16_us, bf16_at = best_triton_us(query, k_cache, v_cache, seqlens, tables)
-        fp8 = {}
-        for name, staged in (("values converted as loaded", True), ("in the dot's layout", False)):
-            decode_module.STAGE_FP8_VALUES = staged
-            fp8[name] = best_triton_us(query, k_fp8, v_fp8, seqlens, tables)
-        decode_module.STAGE_FP8_VALUES = True
-        mb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 * 2 / 1e6  # bf16's bytes
+        splits = FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
+        gb = float(seqlens.sum()) * KV_HEADS * HEAD_DIM * 2 / 1e9  # the fp8 cache's bytes
+        bf16_us = time_us(
+            partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE, splits)
+        )
+        parts = [f"bf16 cache {bf16_us:.1f} us ({2 * gb / bf16_us * 1e3:.2f} TB/s)"]
+        for name, flags in FP8_CONVERSIONS.items():
+            decode_module.FP8_ELEMENT_PAIRS, decode_module.STAGE_FP8_VALUES = flags
+            by_fp8 = partial(paged_decode_attention, query, k_fp8, v_fp8, seqlens, tables, SCALE, splits)
+            times = {
+                (tile, stages): time_us(partial(by_fp8, tile, num_stages=stages))
+                for tile, stages in FP8_LAUNCHES
+            }
+            default_us = time_us(by_fp8)
+            best = min(times, key=times.get)
+            parts.append(
+                f"fp8 {name} {default_us:.1f} us ({gb / default_us * 1e3:.2f} TB/s), best (tile, stages) "
+                f"{best} {times[best]:.1f} us"
+            )
+        decode_module.FP8_ELEMENT_PAIRS, decode_module.STAGE_FP8_VALUES = defaults
         print(
-            f"{model} {rows:3d} rows x up to {context:4d} tokens: bf16 cache {bf16_us:.1f} us "
-            f"{bf16_at} ({mb / bf16_us:.2f} TB/s) | fp8 cache, "
-            + ", ".join(
-                f"{name} {us:.1f} us {at} ({mb / 2 / us:.2f} TB/s)" for name, (us, at) in fp8.items()
-            ),
+            f"{model} {rows:3d} rows x up to {context:4d} tokens, {splits} splits: " + " | ".join(parts),
             flush=True,
         )
 

@@ -57,6 +57,7 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "NUM_SPLITS": 1,
         "DOT_DTYPE": tl.float16 if fp8 else tl.bfloat16,
         "STAGED_FP8_VALUES": fp8 and decode_module.STAGE_FP8_VALUES,
+        "FP8_PAIRS": fp8 and decode_module.FP8_ELEMENT_PAIRS,
         "IN_PTX": True,
         "HEADS_FIRST": decode_module.HEADS_FIRST,
         "PDL": True,

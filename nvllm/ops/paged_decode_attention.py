@@ -86,6 +86,26 @@ def e4m3_words_to_f16(words, IN_PTX: tl.constexpr):
 
 
 @triton.jit
+def e4m3_pairs_to_f16_halves(pairs, IN_PTX: tl.constexpr):
+    """int16 `pairs` (two e4m3 elements each, the lower byte first) as two fp16 tensors of their shape: the
+    pairs' first elements and their second ones (one instruction converts a pair)."""
+    if IN_PTX:
+        first, second = tl.inline_asm_elementwise(
+            "{ .reg .b32 both; cvt.rn.f16x2.e4m3x2 both, $2; mov.b32 {$0, $1}, both; }",
+            "=h,=h,h",
+            [pairs],
+            dtype=(tl.float16, tl.float16),
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        words = pairs.to(tl.int32)
+        first = _e4m3_byte_to_f16(words, 0)
+        second = _e4m3_byte_to_f16(words, 8)
+    return first, second
+
+
+@triton.jit
 def _e4m3_byte_to_f16(words, shift: tl.constexpr):
     return ((words >> shift) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
 
@@ -114,6 +134,7 @@ def _paged_decode_kernel(
     NUM_SPLITS: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
     STAGED_FP8_VALUES: tl.constexpr,
+    FP8_PAIRS: tl.constexpr,
     IN_PTX: tl.constexpr,
     HEADS_FIRST: tl.constexpr,
     PDL: tl.constexpr,
@@ -137,16 +158,28 @@ def _paged_decode_kernel(
     dims = tl.arange(0, HEAD_DIM)
     heads = kv_head * GROUP + group
     in_group = group < GROUP
-    query = tl.load(
-        query_ptr + row * query_row_stride + heads[:, None] * query_head_stride + dims[None, :],
-        mask=in_group[:, None],
-        other=0.0,
-    ).to(DOT_DTYPE)
+    query_rows = query_ptr + row * query_row_stride + heads[:, None] * query_head_stride
+    query = tl.load(query_rows + dims[None, :], mask=in_group[:, None], other=0.0).to(DOT_DTYPE)
+    half_dims = tl.arange(0, HEAD_DIM // 2)
+    if FP8_PAIRS:
+        # An fp8 cache read as int16 pairs of elements, one instruction converting a pair into an element of
+        # the head's even dimensions and one of its odd ones: QKᵀ is the even dimensions' dot plus the odd
+        # ones', and P·V gives the output's even and odd dimensions apart. Each operand then comes from a
+        # 16-bit load (no join: Triton lays out a dot's operands for the narrowest load behind them), so
+        # value tiles reach their dot through a transposing ldmatrix of the pairs themselves, and no
+        # register moves rebuild the operands before each MMA.
+        query_even = tl.load(query_rows + 2 * half_dims[None, :], mask=in_group[:, None], other=0.0)
+        query_odd = tl.load(query_rows + 2 * half_dims[None, :] + 1, mask=in_group[:, None], other=0.0)
+        query_even, query_odd = query_even.to(DOT_DTYPE), query_odd.to(DOT_DTYPE)
     word_dims = tl.arange(0, HEAD_DIM // 4)
     log2_scale = scale * LOG2_E
     running_max = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
     normaliser = tl.zeros([GROUP_ROWS], tl.float32)
-    acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
+    if FP8_PAIRS:  # the output's even dimensions and its odd ones
+        acc = tl.zeros([GROUP_ROWS, HEAD_DIM // 2], tl.float32)
+        acc_odd = tl.zeros([GROUP_ROWS, HEAD_DIM // 2], tl.float32)
+    else:
+        acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
     tokens = tl.arange(0, BLOCK_N)
     table = block_tables_ptr + row * block_table_stride
     block = tl.load(table + split_start // BLOCK_SIZE, mask=split_start < split_end, other=0).to(tl.int64)
@@ -156,14 +189,34 @@ def _paged_decode_kernel(
         token_rows = slots[:, None] * NUM_KV_HEADS + kv_head
         offsets = token_rows * HEAD_DIM + dims[None, :]
         # an fp8 cache's elements convert exactly to the dot's dtype, in registers
-        key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
-        scores = tl.dot(query, tl.trans(key)) * log2_scale  # in log2 units: exp2 takes them as they are
+        if FP8_PAIRS:
+            pairs = tl.load(
+                k_cache_ptr.to(tl.pointer_type(tl.int16)) + token_rows * (HEAD_DIM // 2) + half_dims[None, :],
+                mask=inside[:, None],
+                other=0,
+            )
+            key_even, key_odd = e4m3_pairs_to_f16_halves(pairs, IN_PTX)
+            scores = tl.dot(query_odd, tl.trans(key_odd), tl.dot(query_even, tl.trans(key_even)))
+        else:
+            key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
+            scores = tl.dot(query, tl.trans(key))
+        scores = scores * log2_scale  # in log2 units: exp2 takes them as they are
         scores = tl.where(inside[None, :], scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         weights = tl.exp2(scores - new_max[:, None])
         rescale = tl.exp2(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
-        if STAGED_FP8_VALUES:
+        if FP8_PAIRS:
+            value_pairs = tl.load(
+                v_cache_ptr.to(tl.pointer_type(tl.int16)) + token_rows * (HEAD_DIM // 2) + half_dims[None, :],
+                mask=inside[:, None],
+                other=0,
+            )
+            value_even, value_odd = e4m3_pairs_to_f16_halves(value_pairs, IN_PTX)
+            weights_dot = weights.to(DOT_DTYPE)
+            acc = acc * rescale[:, None] + tl.dot(weights_dot, value_even)
+            acc_odd = acc_odd * rescale[:, None] + tl.dot(weights_dot, value_odd)
+        elif STAGED_FP8_VALUES:
             # A value tile is the dot's right operand with its tokens along the reduction, but a token's
             # elements are what lie together: converted in the dot's layout, its fp8 elements would be
             # read from shared memory a byte each (Hopper has no transposing load of bytes). Converted as
@@ -176,7 +229,8 @@ def _paged_decode_kernel(
             value = e4m3_words_to_f16(words, IN_PTX)
         else:
             value = tl.load(v_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
-        acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
+        if not FP8_PAIRS:
+            acc = acc * rescale[:, None] + tl.dot(weights.to(DOT_DTYPE), value)
         running_max = new_max
         block = tl.load(
             table + (start + BLOCK_N) // BLOCK_SIZE, mask=start + BLOCK_N < split_end, other=0
@@ -187,11 +241,17 @@ def _paged_decode_kernel(
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
     # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
     out_ptr += split * num_rows * out_row_stride
-    tl.store(
-        out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :],
-        out.to(out_ptr.dtype.element_ty),
-        mask=in_group[:, None],
-    )
+    out_rows = out_ptr + row * out_row_stride + heads[:, None] * out_head_stride
+    if FP8_PAIRS:
+        out_odd = tl.where(attended[:, None], acc_odd / safe_normaliser[:, None], 0.0)
+        tl.store(out_rows + 2 * half_dims[None, :], out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
+        tl.store(
+            out_rows + 2 * half_dims[None, :] + 1,
+            out_odd.to(out_ptr.dtype.element_ty),
+            mask=in_group[:, None],
+        )
+    else:
+        tl.store(out_rows + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
     lse = tl.where(attended, (running_max + tl.log2(safe_normaliser)) * LN_2, float("-inf"))
     lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
     tl.store(lse_ptr + heads, lse, mask=in_group)
@@ -243,6 +303,9 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
+# An fp8 cache read as pairs of elements, each dot split into the head's even and odd dimensions (False:
+# `STAGE_FP8_VALUES`'s conversions, the bench's comparison).
+FP8_ELEMENT_PAIRS = True
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 # The grid's fastest axis, the order programs start in. KV heads first: a row's heads run side by side and
 # read each token's KV, all heads of it adjacent in the cache, at about the same time; rows first: the
@@ -315,6 +378,7 @@ def paged_decode_attention(
         NUM_SPLITS=num_splits,
         DOT_DTYPE=dot_dtype(query.dtype, k_cache.dtype),
         STAGED_FP8_VALUES=STAGE_FP8_VALUES and v_cache.dtype == torch.float8_e4m3fn,
+        FP8_PAIRS=FP8_ELEMENT_PAIRS and k_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
         HEADS_FIRST=heads_first,
         num_warps=num_warps or default_warps,

@@ -243,8 +243,8 @@ assert untouched.isnan().all()  # entries that are no block's first use write no
 
 def test_the_triton_decode_kernel_reads_an_fp8_cache_as_the_torch_reference_in_the_interpreter():
     """The kernel over an fp8 cache (its dots in fp16) at lengths on the 64-token tile's edges, whole and in
-    KV splits, its programs started heads first and rows first; the GPU test does the same at the real
-    shapes."""
+    KV splits, its programs started heads first and rows first, its elements read in pairs and its value
+    words staged; the GPU test does the same at the real shapes."""
     run_in_interpreter(
         """
 import torch
@@ -264,8 +264,9 @@ query = torch.randn(rows, 4, 32, generator=generator).to(torch.bfloat16)
 scale = 32**-0.5
 expected_out, expected_lse = decode_attention_with_lse(query.float(), k_cache, v_cache, seqlens, tables,
                                                        scale)
-for splits, heads_first in [(1, True), (4, True), (1, False), (4, False)]:
+for splits, heads_first, pairs in [(1, True, True), (4, True, True), (1, False, False), (4, False, False)]:
     decode_module.HEADS_FIRST = heads_first
+    decode_module.FP8_ELEMENT_PAIRS = pairs
     out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, splits, 64)
     torch.testing.assert_close(out.float(), expected_out, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=1e-3, rtol=1e-4)

@@ -22,12 +22,18 @@ def fp8_caches(num_blocks, generator):
     return [(2 * torch.randn(shape, generator=generator)).to(FP8_KV).cuda() for _ in range(2)]
 
 
+@pytest.mark.parametrize("pairs", [True, False])  # the elements read in pairs, or the value words staged
 @pytest.mark.parametrize("num_stages", [2, 3])  # 3: the next tile's loads in flight during a tile's dots
 @pytest.mark.parametrize("num_splits", [1, 4, 32])
 @pytest.mark.parametrize("block_n", [64, 128])
-def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(num_splits, block_n, num_stages):
+def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(
+    num_splits, block_n, num_stages, pairs, monkeypatch
+):
+    from nvllm.ops import paged_decode_attention as decode_module
     from nvllm.ops.paged_decode_attention import paged_decode_attention
     from nvllm.ops.torch_attention import decode_attention_with_lse
+
+    monkeypatch.setattr(decode_module, "FP8_ELEMENT_PAIRS", pairs)
 
     generator = torch.Generator().manual_seed(num_splits)
     rows, width = len(TILE_EDGE_LENGTHS), 9
