@@ -6,7 +6,7 @@ fewer of them can still be slower (experiments/results/2026-12-03-h200-fp8-decod
 where to look, and the GPU (`decode_attention_bench --fp8`) says what pays.
 
 `python -m experiments.kernels.decode_attention_sass [--tiles 64,128] [--group 2] [--top 16] [--keep DIR]
-[--fp8-in-dot-layout]`
+[--fp8-in-dot-layout | --fp8-pairs]`
 (needs a Triton with its NVIDIA backend, as pip installs it; no GPU)."""
 
 from __future__ import annotations
@@ -101,6 +101,8 @@ if __name__ == "__main__":
     parser.add_argument(
         "--fp8-in-dot-layout", action="store_true", help="fp8 value tiles converted in the dot's layout"
     )
+    parser.add_argument("--fp8-pairs", action="store_true", help="an fp8 cache's elements read in pairs")
     args = parser.parse_args()
     decode_module.STAGE_FP8_VALUES = not args.fp8_in_dot_layout
+    decode_module.FP8_ELEMENT_PAIRS = args.fp8_pairs
     main(tuple(int(tile) for tile in args.tiles.split(",")), args.group, args.top, args.keep)
