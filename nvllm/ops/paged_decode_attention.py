@@ -106,6 +106,17 @@ def e4m3_pairs_to_f16_halves(pairs, IN_PTX: tl.constexpr):
 
 
 @triton.jit
+def _cache_tile_halves(cache_ptr, token_rows, inside, half_dims, IN_PTX: tl.constexpr):
+    """An fp8 cache's tile `[tokens, head_dim]` (the tokens' rows `token_rows`, those not `inside` read as
+    zeros) read as int16 pairs: its even dimensions and its odd ones, each `[tokens, head_dim / 2]` fp16."""
+    pairs_ptr = cache_ptr.to(tl.pointer_type(tl.int16))
+    pairs = tl.load(
+        pairs_ptr + token_rows * half_dims.shape[0] + half_dims[None, :], mask=inside[:, None], other=0
+    )
+    return e4m3_pairs_to_f16_halves(pairs, IN_PTX)
+
+
+@triton.jit
 def _e4m3_byte_to_f16(words, shift: tl.constexpr):
     return ((words >> shift) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
 
@@ -190,12 +201,7 @@ def _paged_decode_kernel(
         offsets = token_rows * HEAD_DIM + dims[None, :]
         # an fp8 cache's elements convert exactly to the dot's dtype, in registers
         if FP8_PAIRS:
-            pairs = tl.load(
-                k_cache_ptr.to(tl.pointer_type(tl.int16)) + token_rows * (HEAD_DIM // 2) + half_dims[None, :],
-                mask=inside[:, None],
-                other=0,
-            )
-            key_even, key_odd = e4m3_pairs_to_f16_halves(pairs, IN_PTX)
+            key_even, key_odd = _cache_tile_halves(k_cache_ptr, token_rows, inside, half_dims, IN_PTX)
             scores = tl.dot(query_odd, tl.trans(key_odd), tl.dot(query_even, tl.trans(key_even)))
         else:
             key = tl.load(k_cache_ptr + offsets, mask=inside[:, None], other=0.0).to(DOT_DTYPE)
@@ -207,12 +213,7 @@ def _paged_decode_kernel(
         rescale = tl.exp2(running_max - new_max)
         normaliser = normaliser * rescale + tl.sum(weights, 1)
         if FP8_PAIRS:
-            value_pairs = tl.load(
-                v_cache_ptr.to(tl.pointer_type(tl.int16)) + token_rows * (HEAD_DIM // 2) + half_dims[None, :],
-                mask=inside[:, None],
-                other=0,
-            )
-            value_even, value_odd = e4m3_pairs_to_f16_halves(value_pairs, IN_PTX)
+            value_even, value_odd = _cache_tile_halves(v_cache_ptr, token_rows, inside, half_dims, IN_PTX)
             weights_dot = weights.to(DOT_DTYPE)
             acc = acc * rescale[:, None] + tl.dot(weights_dot, value_even)
             acc_odd = acc_odd * rescale[:, None] + tl.dot(weights_dot, value_odd)
