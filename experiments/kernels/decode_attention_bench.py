@@ -12,15 +12,17 @@ tiles converted as loaded, both tiles in the dots' layouts), each at its default
 `FP8_LAUNCHES`: what an fp8 cache's halved bytes buy in decode.
 
 With `--launches`: the Triton kernel over the bf16 and the fp8 cache in each launch of a grid of splits,
-tiles, warps and pipeline stages (`--splits`, `--tiles`, `--warps`, `--stages`; by default `LAUNCH_GRID`),
-the fastest listed beside the launch decode makes today (`paged_decode_attention.warps_and_stages`).
+tiles, warps, pipeline stages and registers a thread (`--splits`, `--tiles`, `--warps`, `--stages`,
+`--registers`; by default `LAUNCH_GRID`), the fastest listed beside the launch decode makes today
+(`paged_decode_attention.warps_and_stages`, `MAX_REGISTERS`). `--fp8-pairs`: an fp8 cache's elements read in
+pairs in the launches and orders compared (`FP8_ELEMENT_PAIRS`).
 
 With `--orders`: the Triton kernel over the bf16 and the fp8 cache with its programs started KV heads first
 and rows first (`paged_decode_attention.HEADS_FIRST`), each in its best split count and tile: whether a row's
 heads reading each token's KV side by side keep more of the memory system's bandwidth.
 
-`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8] [--launches [--stages 2,3]]
-[--orders]`"""
+`python -m experiments.kernels.decode_attention_bench [--rows 64,128,256] [--fp8]
+[--launches [--stages 2,3] [--registers 0,128]] [--orders] [--fp8-pairs]`"""
 
 from __future__ import annotations
 
@@ -134,32 +136,34 @@ def best_triton_us(query, k_cache, v_cache, seqlens, tables) -> tuple[float, tup
 FASTEST_SHOWN = 4  # launches listed a case, fastest first
 # splits 0: the backend's own count (`FlashAttnBackend.decode_kv_splits`); each split count and tile is a
 # kernel of its own to compile, so the default grid keeps to the launches worth comparing
-LAUNCH_GRID = {"splits": (0,), "tiles": (64, 128), "warps": (4, 8), "stages": (2, 3, 4)}
+# registers 0: the compiler's choice (`paged_decode_attention.MAX_REGISTERS`'s None)
+LAUNCH_GRID = {"splits": (0,), "tiles": (64, 128), "warps": (4, 8), "stages": (2, 3, 4), "registers": (0,)}
 
 
-def launch_times(query, k_cache, v_cache, seqlens, tables, grid) -> dict[tuple[int, int, int, int], float]:
-    """The Triton kernel's µs at each (splits, tile, warps, stages) of `grid` its shared memory holds."""
+def launch_times(query, k_cache, v_cache, seqlens, tables, grid) -> dict[tuple[int, ...], float]:
+    """The Triton kernel's µs at each (splits, tile, warps, stages, registers) of `grid` its shared memory
+    holds."""
     rows = query.shape[0]
     by_triton = partial(paged_decode_attention, query, k_cache, v_cache, seqlens, tables, SCALE)
     times = {}
-    for splits, tile, warps, stages in itertools.product(*(grid[axis] for axis in LAUNCH_GRID)):
+    for splits, tile, warps, stages, registers in itertools.product(*(grid[axis] for axis in LAUNCH_GRID)):
         splits = splits or FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
         if splits > 1 and rows * KV_HEADS * splits > MAX_PROGRAMS:
             continue
         try:
-            times[splits, tile, warps, stages] = time_us(
-                partial(by_triton, splits, tile, num_warps=warps, num_stages=stages)
+            times[splits, tile, warps, stages, registers] = time_us(
+                partial(by_triton, splits, tile, num_warps=warps, num_stages=stages, max_registers=registers)
             )
         except triton.runtime.errors.OutOfResources:  # too many stages for shared memory
             continue
     return times
 
 
-def default_launch(rows: int, fp8_cache: bool) -> tuple[int, int, int, int]:
-    """The (splits, tile, warps, stages) decode launches with today."""
+def default_launch(rows: int, fp8_cache: bool) -> tuple[int, ...]:
+    """The (splits, tile, warps, stages, registers) decode launches with today."""
     splits = FlashAttnBackend.decode_kv_splits(rows, KV_HEADS)
     tile = tile_tokens(rows, KV_HEADS, splits)
-    return splits, tile, *decode_module.warps_and_stages(fp8_cache, tile)
+    return splits, tile, *decode_module.warps_and_stages(fp8_cache, tile), decode_module.MAX_REGISTERS or 0
 
 
 def launches_main(batch_rows: tuple[int, ...], grid: dict[str, tuple[int, ...]]) -> None:
@@ -250,11 +254,13 @@ if __name__ == "__main__":
         "--launches", action="store_true", help="both caches over splits, tiles, warps, stages"
     )
     parser.add_argument("--orders", action="store_true", help="both caches, heads first and rows first")
+    parser.add_argument("--fp8-pairs", action="store_true", help="an fp8 cache's elements read in pairs")
     for axis, values in LAUNCH_GRID.items():
         parser.add_argument(
             f"--{axis}", default=",".join(map(str, values)), help=f"with --launches: the {axis} tried"
         )
     args = parser.parse_args()
+    decode_module.FP8_ELEMENT_PAIRS = args.fp8_pairs or decode_module.FP8_ELEMENT_PAIRS
     grid = {axis: tuple(int(value) for value in getattr(args, axis).split(",")) for axis in LAUNCH_GRID}
     batch_rows = tuple(int(rows) for rows in args.rows.split(","))
     if args.orders:

@@ -42,6 +42,13 @@ PIPELINE_STAGES = 2
 FP8_SHORT_TILE_STAGES = 3
 
 
+# A thread's registers at most (Triton's `maxnreg`; None: the compiler's choice). Over an fp8 cache read in
+# pairs, a 128-token tile takes 160 registers and 40 KiB of shared memory: 3 programs of 4 warps an SM,
+# where 128 registers (a few spilled) would fit 4. Not yet measured
+# (experiments/results/2026-12-05-h200-decode-pipeline.md).
+MAX_REGISTERS: int | None = None
+
+
 def warps_and_stages(fp8_cache: bool, tile: int) -> tuple[int, int]:
     """The launch's warps a program and pipeline stages over a cache of `tile`-token loop iterations."""
     short_fp8 = fp8_cache and tile == TILE_TOKENS
@@ -317,6 +324,11 @@ HEADS_FIRST = True
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, where heads first puts the rows
 
 
+def register_budget(max_registers: int | None) -> dict[str, int]:
+    """The launch option that caps a thread's registers, none for the compiler's choice."""
+    return {"maxnreg": max_registers} if max_registers else {}
+
+
 def decode_grid(rows: int, num_kv_heads: int, num_splits: int) -> tuple[tuple[int, int, int], bool]:
     """The kernel's grid and whether it starts heads first (`HEADS_FIRST`, unless the rows are more than
     the grid's second axis takes: rows first then, on the first axis)."""
@@ -336,12 +348,14 @@ def paged_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    max_registers: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row i's query `[rows, heads, head_dim]` attends to the first `seqlens_k[i]` tokens of the blocks in
     `block_tables[i]` (caches `[num_blocks, block_size, kv_heads, head_dim]`, in the queries' dtype or fp8),
     each row's KV in `num_splits` parts (a power of two) read by programs of their own, `block_n` KV tokens a
-    loop iteration (by default what `tile_tokens` picks). Returns the output and the natural-log log-sum-exp
-    `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
+    loop iteration (by default what `tile_tokens` picks), the launch's warps and stages by default
+    `warps_and_stages`' and its registers a thread `MAX_REGISTERS`. Returns the output and the natural-log
+    log-sum-exp `[rows, heads]` (fp32); a row with no tokens gets zeros and -inf."""
     rows, num_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     block_n = block_n or tile_tokens(rows, num_kv_heads, num_splits)
@@ -386,6 +400,7 @@ def paged_decode_attention(
         HEADS_FIRST=heads_first,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
+        **register_budget(max_registers or MAX_REGISTERS),
         **pdl_launch(query.device),
     )
     if num_splits > 1:

@@ -267,7 +267,9 @@ expected_out, expected_lse = decode_attention_with_lse(query.float(), k_cache, v
 for splits, heads_first, pairs in [(1, True, True), (4, True, True), (1, False, False), (4, False, False)]:
     decode_module.HEADS_FIRST = heads_first
     decode_module.FP8_ELEMENT_PAIRS = pairs
-    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, splits, 64)
+    budget = 128 if pairs else None  # a register budget, a launch option the interpreter takes too
+    out, lse = paged_decode_attention(query, k_cache, v_cache, seqlens, tables, scale, splits, 64,
+                                      max_registers=budget)
     torch.testing.assert_close(out.float(), expected_out, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, expected_lse, atol=1e-3, rtol=1e-4)
 """

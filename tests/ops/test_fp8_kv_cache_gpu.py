@@ -22,12 +22,13 @@ def fp8_caches(num_blocks, generator):
     return [(2 * torch.randn(shape, generator=generator)).to(FP8_KV).cuda() for _ in range(2)]
 
 
-@pytest.mark.parametrize("pairs", [True, False])  # the elements read in pairs, or the value words staged
+# the elements read in pairs (also with a register budget that spills a few), or the value words staged
+@pytest.mark.parametrize("pairs, max_registers", [(True, None), (True, 128), (False, None)])
 @pytest.mark.parametrize("num_stages", [2, 3])  # 3: the next tile's loads in flight during a tile's dots
 @pytest.mark.parametrize("num_splits", [1, 4, 32])
 @pytest.mark.parametrize("block_n", [64, 128])
 def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(
-    num_splits, block_n, num_stages, pairs, monkeypatch
+    num_splits, block_n, num_stages, pairs, max_registers, monkeypatch
 ):
     from nvllm.ops import paged_decode_attention as decode_module
     from nvllm.ops.paged_decode_attention import paged_decode_attention
@@ -43,7 +44,16 @@ def test_triton_decode_kernel_reads_fp8_as_the_torch_reference_does(
     query = torch.randn(rows, NUM_HEADS, HEAD_DIM, generator=generator).to("cuda", torch.bfloat16)
     scale = HEAD_DIM**-0.5
     out, lse = paged_decode_attention(
-        query, k_cache, v_cache, seqlens, tables, scale, num_splits, block_n, num_stages=num_stages
+        query,
+        k_cache,
+        v_cache,
+        seqlens,
+        tables,
+        scale,
+        num_splits,
+        block_n,
+        num_stages=num_stages,
+        max_registers=max_registers,
     )
     expected_out, expected_lse = decode_attention_with_lse(query, k_cache, v_cache, seqlens, tables, scale)
     torch.testing.assert_close(out.float(), expected_out.float(), atol=2e-2, rtol=2e-2)
