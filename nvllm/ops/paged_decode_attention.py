@@ -177,9 +177,10 @@ def _paged_decode_kernel(
     heads = kv_head * GROUP + group
     in_group = group < GROUP
     query_rows = query_ptr + row * query_row_stride + heads[:, None] * query_head_stride
-    query = tl.load(query_rows + dims[None, :], mask=in_group[:, None], other=0.0).to(DOT_DTYPE)
     half_dims = tl.arange(0, HEAD_DIM // 2)
-    if FP8_PAIRS:
+    if not FP8_PAIRS:
+        query = tl.load(query_rows + dims[None, :], mask=in_group[:, None], other=0.0).to(DOT_DTYPE)
+    else:
         # An fp8 cache read as int16 pairs of elements, one instruction converting a pair into an element of
         # the head's even dimensions and one of its odd ones: QKᵀ is the even dimensions' dot plus the odd
         # ones', and P·V gives the output's even and odd dimensions apart. Each operand then comes from a
@@ -200,6 +201,9 @@ def _paged_decode_kernel(
         acc = tl.zeros([GROUP_ROWS, HEAD_DIM], tl.float32)
     tokens = tl.arange(0, BLOCK_N)
     table = block_tables_ptr + row * block_table_stride
+    # Each tile's block number is read an iteration ahead: read in the iteration whose KV loads it addresses,
+    # it would split the loads' latency between two pipeline stages, and Triton's pipeline would keep no
+    # load of the program's own in flight during its dots.
     block = tl.load(table + split_start // BLOCK_SIZE, mask=split_start < split_end, other=0).to(tl.int64)
     for start in range(split_start, split_end, BLOCK_N):
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
