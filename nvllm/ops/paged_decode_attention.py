@@ -204,7 +204,12 @@ def _paged_decode_kernel(
     # Each tile's block number is read an iteration ahead: read in the iteration whose KV loads it addresses,
     # it would split the loads' latency between two pipeline stages, and Triton's pipeline would keep no
     # load of the program's own in flight during its dots.
-    block = tl.load(table + split_start // BLOCK_SIZE, mask=split_start < split_end, other=0).to(tl.int64)
+    if NUM_SPLITS == 1:
+        # the row's first block, read beside its length rather than after it (a row with no KV reads it
+        # too, and reads no KV through it); a short row's time is mostly such dependent loads
+        block = tl.load(table).to(tl.int64)
+    else:
+        block = tl.load(table + split_start // BLOCK_SIZE, mask=split_start < split_end, other=0).to(tl.int64)
     for start in range(split_start, split_end, BLOCK_N):
         slots = block * BLOCK_SIZE + start % BLOCK_SIZE + tokens
         inside = start + tokens < split_end

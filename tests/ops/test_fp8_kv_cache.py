@@ -254,7 +254,7 @@ from nvllm.ops.paged_decode_attention import paged_decode_attention
 from nvllm.ops.torch_attention import decode_attention_with_lse
 
 generator = torch.Generator().manual_seed(0)
-lengths = [1, 63, 64, 65, 300]
+lengths = [1, 63, 64, 65, 300, 0]
 rows, width = len(lengths), 3
 shape = (rows * width, 128, 2, 32)
 k_cache, v_cache = [(2 * torch.randn(shape, generator=generator)).to(FP8_KV) for _ in range(2)]
