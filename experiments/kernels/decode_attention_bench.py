@@ -260,7 +260,8 @@ if __name__ == "__main__":
             f"--{axis}", default=",".join(map(str, values)), help=f"with --launches: the {axis} tried"
         )
     args = parser.parse_args()
-    decode_module.FP8_ELEMENT_PAIRS = args.fp8_pairs or decode_module.FP8_ELEMENT_PAIRS
+    if args.fp8_pairs:
+        decode_module.FP8_ELEMENT_PAIRS = True
     grid = {axis: tuple(int(value) for value in getattr(args, axis).split(",")) for axis in LAUNCH_GRID}
     batch_rows = tuple(int(rows) for rows in args.rows.split(","))
     if args.orders:

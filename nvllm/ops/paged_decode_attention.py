@@ -43,9 +43,8 @@ FP8_SHORT_TILE_STAGES = 3
 
 
 # A thread's registers at most (Triton's `maxnreg`; None: the compiler's choice). Over an fp8 cache read in
-# pairs, a 128-token tile takes 160 registers and 40 KiB of shared memory: 3 programs of 4 warps an SM,
-# where 128 registers (a few spilled) would fit 4. Not yet measured
-# (experiments/results/2026-12-05-h200-decode-pipeline.md).
+# pairs, registers rather than shared memory bound the programs an SM, and a cap that spills a few would fit
+# one more; not yet measured (experiments/results/2026-12-05-h200-decode-pipeline.md, section 4).
 MAX_REGISTERS: int | None = None
 
 
