@@ -1,6 +1,8 @@
 """The matmul kernels that read weights, compiled for Hopper (sm_90) with no GPU, over bf16 and fp8 weights:
 the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes
-and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's. Per kernel, the
+and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
+fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.moe_fp8_activations`), whose operands are both e4m3 on
+the fp8 tensor cores. Per kernel, the
 main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
 gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by
 opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes several times the
@@ -15,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
-from nvllm.ops import moe_triton, skinny_matmul
+from nvllm.ops import moe_fp8_triton, moe_triton, skinny_matmul
 
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
 # element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
@@ -94,6 +96,63 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
     return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
 
 
+def grouped_fp8_activations(gated: bool, pairs: int):
+    """`grouped`'s matmul at `pairs` pairs over fp8 activations (`nvllm.ops.moe_fp8_triton`): the gate/up
+    matmul's input with a scale per token, the down matmul's with a scale per group."""
+    block_m = moe_triton.row_tile(pairs, 128)
+    config = moe_fp8_triton.fp8_activation_config(pairs, 128, gated)
+    signature = {
+        "a_ptr": "*fp8e4nv",
+        "a_scale_ptr": "*fp32",
+        "w_ptr": "*fp8e4nv",
+        "w_scale_ptr": "*fp32",
+        "out_ptr": "*fp8e4nv" if gated else "*fp32",
+        "out_scale_ptr": "*fp32",
+        "sorted_pairs_ptr": "*i32",
+        "tile_expert_ptr": "*i32",
+        "pair_weights_ptr": "*bf16",
+        "num_pairs": "i32",
+        "num_experts": "i32",
+        "N": "i32",
+        "K": "i32",
+        "stride_am": "i32",
+        "stride_as": "i32",
+        "stride_we": "i32",
+        "stride_wn": "i32",
+        "stride_se": "i32",
+        "stride_om": "i32",
+        "stride_os": "i32",
+    }
+    constants = dict(
+        TOP_K=8,
+        GATED=gated,
+        BLOCK_M=block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        PDL=True,
+    )
+    aligned = ("a_ptr", "w_ptr", "out_ptr", "N", "K", "stride_am", "stride_we", "stride_wn", "stride_om")
+    kernel = compile_for_hopper(
+        moe_fp8_triton._grouped_fp8_matmul_kernel,
+        signature,
+        constants,
+        aligned,
+        config.num_warps,
+        config.num_stages,
+    )
+    return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
+
+
+FP8_ACTIVATION_KERNELS = {
+    "grouped gate/up, 1 token (8 pairs)": partial(grouped_fp8_activations, gated=True, pairs=8),
+    "grouped down, 1 token (8 pairs)": partial(grouped_fp8_activations, gated=False, pairs=8),
+    "grouped gate/up, 256 tokens": partial(grouped_fp8_activations, gated=True, pairs=2048),
+    "grouped down, 256 tokens": partial(grouped_fp8_activations, gated=False, pairs=2048),
+    "grouped gate/up, prefill 2048 tokens": partial(grouped_fp8_activations, gated=True, pairs=16384),
+    "grouped down, prefill 2048 tokens": partial(grouped_fp8_activations, gated=False, pairs=16384),
+}
+
+
 KERNELS = {
     "skinny, Qwen3-8B q/k/v 6144x4096": partial(skinny, n=6144, k=4096, gated=False),
     "skinny, Qwen3-8B o 4096x4096": partial(skinny, n=4096, k=4096, gated=False),
@@ -109,23 +168,31 @@ KERNELS = {
 WEIGHTS = [("bf16", "bf16", False), ("fp8", "fp8e4nv", False), ("fp8 bits", "fp8e4nv", True)]
 
 
+def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch: Path) -> None:
+    sass, _ = disassemble(kernel.asm["cubin"], scratch)
+    loop = main_loop_instructions(sass)
+    total = sum(loop.values())
+    converting = {op: n for op, n in loop.items() if op.startswith(CONVERSIONS)}
+    mma = {op: n for op, n in loop.items() if "MMA" in op}
+    print(
+        f"{name:38s} {label:8s}: loop {total:4d} instructions a warp x {warps} warps, "
+        f"{weight_bytes // 1024:3d} KiB of weight, "
+        f"{weight_bytes / (total * warps):5.1f} B a warp instruction | "
+        + ", ".join(f"{op} {n}" for op, n in sorted({**mma, **converting}.items())),
+        flush=True,
+    )
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for name, build in KERNELS.items():
             for label, weight, move_bits in WEIGHTS:
                 kernel, elements, warps = build(weight, move_bits=move_bits)
-                sass, _ = disassemble(kernel.asm["cubin"], Path(scratch))
-                loop = main_loop_instructions(sass)
-                total = sum(loop.values())
                 weight_bytes = elements * (1 if weight == "fp8e4nv" else 2)
-                converting = {op: n for op, n in loop.items() if op.startswith(CONVERSIONS)}
-                print(
-                    f"{name:38s} {label:8s}: loop {total:4d} instructions a warp x {warps} warps, "
-                    f"{weight_bytes // 1024:3d} KiB of weight, "
-                    f"{weight_bytes / (total * warps):5.1f} B a warp instruction | "
-                    + ", ".join(f"{op} {n}" for op, n in sorted(converting.items())),
-                    flush=True,
-                )
+                report(name, label, kernel, weight_bytes, warps, Path(scratch))
+        for name, build in FP8_ACTIVATION_KERNELS.items():
+            kernel, elements, warps = build()
+            report(name, "fp8 x fp8", kernel, elements, warps, Path(scratch))
 
 
 if __name__ == "__main__":

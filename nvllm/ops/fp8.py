@@ -36,6 +36,21 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
+def quantize_groups(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(q, scale)`: `x` `[rows, width]` in float8 e4m3 with a scale per row and group of `group` consecutive
+    columns (`[rows, ceil(width / group)]`; the last group may be narrower), each group scaled as
+    `quantize_rows` scales a row."""
+    rows, width = x.shape
+    groups = -(-width // group)
+    q, scale = quantize_rows(F.pad(x, (0, groups * group - width)).view(rows, groups, group))
+    return q.flatten(1)[:, :width], scale
+
+
+def dequantize_groups(q: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """The fp32 matrix `quantize_groups(x, group)`'s `(q, scale)` stand for."""
+    return q.float() * scale.repeat_interleave(group, dim=1)[:, : q.shape[1]]
+
+
 def dequantized(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The matrix `q * scale[:, None]` the fp8 weight stands for, in `dtype`."""
     return (q.float() * scale[:, None]).to(dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nvllm.ops.fp8 import fp8_linear_reference
+from nvllm.ops.fp8 import dequantize_groups, fp8_linear_reference, quantize_groups, quantize_rows
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.op_library import inference_op, register_fake
 
@@ -26,6 +26,32 @@ def expert_matmul(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | 
     return fp8_linear_reference(x, weight[expert], scales[expert])
 
 
+# fp8 experts multiplying quantized activations (`model.moe_fp8_activations`): each expert's intermediate
+# activations are quantized in groups of this many columns, a scale each. It is the gate/up kernel's tile of
+# intermediate columns, whose epilogue quantizes it (`nvllm.ops.moe_fp8_triton`).
+FP8_INTERMEDIATE_GROUP = 64
+
+
+def quantized_activations_expert(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    gate_up_scale: torch.Tensor,
+    down_scale: torch.Tensor,
+    expert: int,
+) -> torch.Tensor:
+    """fp8 expert `expert`'s gated MLP on the rows `x` as the fp8 tensor cores compute it: `x` quantized a
+    scale per row (`quantize_rows`), the intermediate activations in groups of `FP8_INTERMEDIATE_GROUP`
+    columns; each product accumulated in fp32 and scaled, unrounded (fp32 `[rows, H]`)."""
+    x_q, x_scale = quantize_rows(x)
+    gate_up_out = (x_q.float() @ gate_up[expert].float().T) * x_scale[:, None] * gate_up_scale[expert]
+    gate, up = gate_up_out.chunk(2, -1)
+    activated = dequantize_groups(
+        *quantize_groups(F.silu(gate) * up, FP8_INTERMEDIATE_GROUP), FP8_INTERMEDIATE_GROUP
+    )
+    return (activated @ down[expert].float().T) * down_scale[expert]
+
+
 def experts_reference(
     x: torch.Tensor,
     gate_up: torch.Tensor,
@@ -34,28 +60,33 @@ def experts_reference(
     topk_ids: torch.Tensor,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`sum_j w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t))` over each token's chosen experts e = ids[t, j].
     `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]; fp8
-    experts come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`).
-    The (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
-    once (the host reads how many each has)."""
+    experts come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`),
+    and with `quantize_activations` multiply quantized activations (`quantized_activations_expert`; the
+    pairs then summed in fp32 and rounded once). The (token, choice) pairs are sorted by expert once; each
+    expert that has tokens runs on all of them at once (the host reads how many each has)."""
     top_k = topk_ids.shape[1]
     pairs_by_expert = topk_ids.flatten().argsort(stable=True)
     counts = torch.bincount(topk_ids.flatten(), minlength=gate_up.shape[0]).tolist()
     pair_weights = topk_weights.flatten()
-    out = torch.zeros_like(x)
+    out = torch.zeros_like(x, dtype=torch.float32 if quantize_activations else x.dtype)
     start = 0
     for expert, count in enumerate(counts):
         if count == 0:
             continue
         pairs = pairs_by_expert[start : start + count]
         tokens = pairs // top_k
-        gate, up = expert_matmul(x[tokens], gate_up, gate_up_scale, expert).chunk(2, -1)
-        y = expert_matmul(F.silu(gate) * up, down, down_scale, expert) * pair_weights[pairs, None]
-        out.index_add_(0, tokens, y)
+        if quantize_activations:
+            y = quantized_activations_expert(x[tokens], gate_up, down, gate_up_scale, down_scale, expert)
+        else:
+            gate, up = expert_matmul(x[tokens], gate_up, gate_up_scale, expert).chunk(2, -1)
+            y = expert_matmul(F.silu(gate) * up, down, down_scale, expert)
+        out.index_add_(0, tokens, y * pair_weights[pairs, None])
         start += count
-    return out
+    return out.to(x.dtype)
 
 
 @inference_op("fused_experts", mutates_args=())
@@ -67,18 +98,21 @@ def fused_experts(
     topk_ids: torch.Tensor,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
-    scales = (gate_up_scale, down_scale)
+    quantized = (gate_up_scale, down_scale, quantize_activations)
     if x.is_cuda:
         from nvllm.ops.moe_triton import grouped_experts
 
-        return grouped_experts(x, gate_up, down, topk_weights, topk_ids, *scales)
-    return experts_reference(x, gate_up, down, topk_weights, topk_ids, *scales)
+        return grouped_experts(x, gate_up, down, topk_weights, topk_ids, *quantized)
+    return experts_reference(x, gate_up, down, topk_weights, topk_ids, *quantized)
 
 
 @register_fake(fused_experts)
-def _(x, gate_up, down, topk_weights, topk_ids, gate_up_scale=None, down_scale=None):
+def _(
+    x, gate_up, down, topk_weights, topk_ids, gate_up_scale=None, down_scale=None, quantize_activations=False
+):
     return torch.empty_like(x)
 
 
@@ -93,18 +127,30 @@ def routed_experts(
     renormalize: bool,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`fused_experts` of `route_step(router_logits, padding, top_k, renormalize)`'s routing, the routing
     inside the op: on CUDA by Triton kernels (`model.moe_routing_kernel`), one in all for a small batch."""
-    scales = (gate_up_scale, down_scale)
+    quantized = (gate_up_scale, down_scale, quantize_activations)
     if x.is_cuda:
         from nvllm.ops.moe_route_triton import routed_experts as routed_on_cuda
 
-        return routed_on_cuda(x, gate_up, down, router_logits, padding, top_k, renormalize, *scales)
+        return routed_on_cuda(x, gate_up, down, router_logits, padding, top_k, renormalize, *quantized)
     weights, ids = route_step(router_logits, padding, top_k, renormalize)
-    return experts_reference(x, gate_up, down, weights, ids, *scales)
+    return experts_reference(x, gate_up, down, weights, ids, *quantized)
 
 
 @register_fake(routed_experts)
-def _(x, gate_up, down, router_logits, padding, top_k, renormalize, gate_up_scale=None, down_scale=None):
+def _(
+    x,
+    gate_up,
+    down,
+    router_logits,
+    padding,
+    top_k,
+    renormalize,
+    gate_up_scale=None,
+    down_scale=None,
+    quantize_activations=False,
+):
     return torch.empty_like(x)

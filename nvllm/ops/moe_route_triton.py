@@ -163,9 +163,11 @@ def routed_experts(
     renormalize: bool,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`nvllm::routed_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
-    `route_tokens` and `align_by_expert`; then the grouped matmuls (on fp8 experts with their scales)."""
+    `route_tokens` and `align_by_expert`; then the grouped matmuls (on fp8 experts with their scales, and
+    with `quantize_activations` on fp8 activations)."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
@@ -178,5 +180,14 @@ def routed_experts(
         weights, ids = route_tokens(router_logits, padding, top_k, renormalize)
         sorted_pairs, tile_expert = align_by_expert(ids, num_experts, block_m)
     return aligned_experts(
-        x, gate_up, down, weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+        x,
+        gate_up,
+        down,
+        weights,
+        sorted_pairs,
+        tile_expert,
+        block_m,
+        gate_up_scale,
+        down_scale,
+        quantize_activations,
     )

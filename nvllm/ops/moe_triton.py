@@ -361,6 +361,7 @@ def grouped_experts(
     topk_ids: torch.Tensor,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`nvllm.ops.moe_ops.experts_reference`'s result from the two grouped matmuls."""
     num_tokens, top_k = topk_ids.shape
@@ -370,7 +371,16 @@ def grouped_experts(
     block_m = row_tile(num_tokens * top_k, num_experts)
     sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
     return aligned_experts(
-        x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+        x,
+        gate_up,
+        down,
+        topk_weights,
+        sorted_pairs,
+        tile_expert,
+        block_m,
+        gate_up_scale,
+        down_scale,
+        quantize_activations,
     )
 
 
@@ -384,9 +394,17 @@ def aligned_experts(
     block_m: int,
     gate_up_scale: torch.Tensor | None = None,
     down_scale: torch.Tensor | None = None,
+    quantize_activations: bool = False,
 ) -> torch.Tensor:
     """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
-    layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`)."""
+    layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`), with
+    `quantize_activations` on fp8 activations (`nvllm.ops.moe_fp8_triton`)."""
+    if quantize_activations:
+        from nvllm.ops.moe_fp8_triton import aligned_fp8_activation_experts  # it builds on this module
+
+        return aligned_fp8_activation_experts(
+            x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+        )
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k

@@ -24,6 +24,7 @@ from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
 from nvllm.models.weights import hf_parameter_shapes, load_weights, parameter_bytes, random_tensors
 from nvllm.ops.fp8 import FP8, quantize_rows
+from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import padding_follows_first, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
@@ -43,12 +44,17 @@ def test_greedy_tokens_and_logprobs_equal_transformers(moe_checkpoint, tp):
     assert_greedy_equals_transformers(moe_checkpoint, tensor_parallel_size=tp)
 
 
-@pytest.mark.parametrize("routing_kernel, quantization", [(False, "none"), (True, "none"), (False, "fp8")])
-def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint, routing_kernel, quantization):
+@pytest.mark.parametrize(
+    "routing_kernel, quantization, fp8_activations",
+    [(False, "none", False), (True, "none", False), (False, "fp8", False), (True, "fp8", True)],
+)
+def test_the_compiled_model_matches_eager_without_graph_breaks(
+    moe_checkpoint, routing_kernel, quantization, fp8_activations
+):
     """The router and `nvllm::fused_experts` (or, with `model.moe_routing_kernel`, `nvllm::routed_experts`)
-    inside the compiled regions (fullgraph=True), on fp8 experts with their scales too: the sparse and the
-    dense layer are a graph each (and each again for cascade decode), the final norm one; no graph breaks,
-    no recompiles after warm-up, the default eager model's tokens."""
+    inside the compiled regions (fullgraph=True), on fp8 experts with their scales too, and on fp8
+    activations: the sparse and the dense layer are a graph each (and each again for cascade decode), the
+    final norm one; no graph breaks, no recompiles after warm-up, the default eager model's tokens."""
     prompts = [[9707, 11, 1879, 0], list(range(1000, 1023)), [5] * 40]
     staggered = [SamplingParams(max_tokens=n, temperature=0, ignore_eos=True) for n in (12, 7, 3)]
     settings = dict(
@@ -57,6 +63,7 @@ def test_the_compiled_model_matches_eager_without_graph_breaks(moe_checkpoint, r
         max_num_batched_tokens=32,
         max_model_len=128,
         model__quantization=quantization,
+        model__moe_fp8_activations=fp8_activations,
     )
     with LLM(str(moe_checkpoint), enforce_eager=True, **settings) as eager:
         expected = [o.outputs[0].token_ids for o in eager.generate(prompts, staggered, use_tqdm=False)]
@@ -264,6 +271,67 @@ def test_fp8_experts_compute_what_transformers_does_holding_the_dequantized_weig
     for row, reference, exact in zip(ours, expected, unquantized):
         torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
         assert (row - exact).abs().max() > 1e-2  # the experts were quantized
+
+
+def reference_experts_on_fp8_activations(hf: torch.nn.Module) -> None:
+    """Each sparse layer's experts of `hf` computed by the torch reference on fp8 activations
+    (`experts_reference(..., quantize_activations=True)`), from its experts quantized as the engine's."""
+    experts = [m for m in hf.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "down_proj")]
+    if not experts:
+        pytest.skip("this transformers does not stack a layer's experts in one module")
+    for module in experts:
+        (gate_up, gate_up_scale), (down, down_scale) = (
+            quantize_rows(module.gate_up_proj),
+            quantize_rows(module.down_proj),
+        )
+
+        def forward(x, top_k_index, top_k_weights, quantized=(gate_up, down, gate_up_scale, down_scale)):
+            gate_up, down, gate_up_scale, down_scale = quantized
+            return experts_reference(
+                x,
+                gate_up,
+                down,
+                top_k_weights,
+                top_k_index,
+                gate_up_scale,
+                down_scale,
+                quantize_activations=True,
+            )
+
+        module.forward = forward
+
+
+def test_fp8_activations_compute_what_transformers_does_with_the_reference_experts(moe_checkpoint):
+    """`model.moe_fp8_activations`: the engine's sparse layers on fp8 activations, and nothing else changed
+    (its attention projections and dense layer fp8 weights as before)."""
+    hf = transformers.Qwen3MoeForCausalLM.from_pretrained(str(moe_checkpoint), dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference_experts_on_fp8_activations(hf)
+        dequantize_like_the_engine(hf)
+        expected = [hf(torch.tensor([p])).logits[0, -1] for p in FP8_PROMPTS]
+    with LLM(str(moe_checkpoint), enforce_eager=True, **FP8_SETTINGS) as llm:
+        weights_only = prefill_logits(llm, FP8_PROMPTS)
+    with LLM(str(moe_checkpoint), enforce_eager=True, model__moe_fp8_activations=True, **FP8_SETTINGS) as llm:
+        ours = prefill_logits(llm, FP8_PROMPTS)
+    for row, reference, other in zip(ours, expected, weights_only):
+        torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
+        assert (row - other).abs().max() > 1e-3  # the activations were quantized
+
+
+def test_fp8_activations_need_fp8_experts(moe_checkpoint):
+    with pytest.raises(ValueError, match=re.escape("it needs model.quantization=fp8")):
+        LLM(str(moe_checkpoint), enforce_eager=True, model__moe_fp8_activations=True)
+
+
+def test_tp2_computes_what_tp1_does_with_fp8_activations(tmp_path):
+    """Each rank's slice of an expert's intermediate (64 of 128 columns) a whole group: the groups, and so
+    the quantized activations, are TP=1's."""
+    checkpoint = write_family_checkpoint(tmp_path, "qwen3_moe", moe_intermediate_size=128)
+    settings = dict(model__moe_fp8_activations=True, **FP8_SETTINGS)
+    with LLM(str(checkpoint), enforce_eager=True, **settings) as llm:
+        expected = prefill_logits(llm, FP8_PROMPTS)
+    with LLM(str(checkpoint), enforce_eager=True, tensor_parallel_size=2, **settings) as llm:
+        torch.testing.assert_close(prefill_logits(llm, FP8_PROMPTS), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_tp2_computes_what_tp1_does_with_fp8_experts(moe_checkpoint):

@@ -1,0 +1,296 @@
+"""fp8 experts multiplying fp8 activations on the fp8 tensor cores (`model.moe_fp8_activations`): the grouped
+matmuls of `nvllm.ops.moe_triton` with nothing converted in their loops.
+
+`nvllm.ops.moe_triton` multiplies bf16 activations by fp8 weights, so every weight element it reads is
+converted to bf16 before its MMA: more work in the loop than the bytes it reads, at every batch size
+(experiments/results/2026-12-04-cpu-fp8-weight-conversion.md). Here both operands are e4m3:
+- the layer's input is quantized a scale per token (`quantize_rows`, one kernel, as the dense fp8 matmuls'
+  activations are);
+- the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and tile of
+  `FP8_INTERMEDIATE_GROUP` intermediate columns, which is all of the intermediate a program holds;
+- the down kernel multiplies each group's dot product by its scale as it accumulates (fp32, on the CUDA
+  cores), a scale per pair and weight row after its loop;
+- the k pairs of a token are summed as before (`sum_pairs`).
+
+Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA
+(`wgmma`) takes 64 rows of its first operand at a time and as few as 8 of its second, and a decode batch
+gives an expert a few pairs: the weight's rows fill the 64, the pairs the few. Both operands then come from
+shared memory as stored, e4m3 with the reduction dimension contiguous, which is the layout fp8 MMA needs.
+
+The sort by expert, the tiles and their bands are `nvllm.ops.moe_triton`'s; the torch reference is
+`nvllm.ops.moe_ops.quantized_activations_expert`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from nvllm.ops.fp8 import FP8, FP8_MAX
+from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP
+from nvllm.ops.moe_triton import GroupedMatmulConfig, config_band, sum_pairs
+from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
+
+E4M3_MAX = tl.constexpr(FP8_MAX)
+
+# (most pairs per expert, gate/up's config, down's config) by `moe_triton`'s bands. The gate/up kernel's
+# block_n is `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes one group of the intermediate), the down
+# kernel's block_k the same (it scales one group a step). Not yet swept on a GPU: the widest reduction slice
+# that keeps three or four tiles in flight, 8 warps where a program's two accumulators would not fit 4.
+FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
+    (math.inf, GroupedMatmulConfig(64, 128, 8, 3), GroupedMatmulConfig(128, 64, 8, 3)),
+)
+
+
+def fp8_activation_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
+    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
+    `num_experts` experts."""
+    _, gate_up, down = FP8_ACTIVATION_TILE_CONFIGS[config_band(num_pairs, num_experts)]
+    return gate_up if gated else down
+
+
+@triton.jit
+def round_to_e4m3(x):
+    """fp32 `x` (|x| <= 448) rounded to the nearest e4m3 value, ties to even, in fp32 arithmetic: its
+    conversion to e4m3 is then exact. The GPU's conversion rounds so too; Triton's interpreter truncates
+    where rounding carries into the exponent, so kernels round first and the CPU tests see the GPU's
+    values."""
+    bits = x.to(tl.int32, bitcast=True)
+    exponent = ((bits >> 23) & 0xFF) - 127
+    # e4m3 has 3 mantissa bits; below its smallest normal exponent (-6) the step stays 2^-9. The step and its
+    # inverse are powers of two, built from their exponent bits, so that every operation below is exact
+    # but the one rounding
+    step_exponent = tl.maximum(exponent, -6) - 3
+    step = ((step_exponent + 127) << 23).to(tl.float32, bitcast=True)
+    inverse_step = ((127 - step_exponent) << 23).to(tl.float32, bitcast=True)
+    # adding and subtracting 2^23 rounds a non-negative float below 2^23 to an integer, ties to even; the
+    # sign goes back on after (so that a negative value that rounds to zero is -0, as converted)
+    magnitude = ((tl.abs(x) * inverse_step + 8388608.0) - 8388608.0) * step
+    return (magnitude.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def quantized_e4m3(x, scale):
+    """`x / scale` in e4m3, `scale` chosen so that it is within e4m3's range."""
+    return round_to_e4m3(tl.clamp(tl.math.div_rn(x, scale), -E4M3_MAX, E4M3_MAX)).to(tl.float8e4nv)
+
+
+@triton.jit
+def _quantize_rows_kernel(
+    x_ptr, q_ptr, scale_ptr, width, stride_x, stride_q, BLOCK: tl.constexpr, PDL: tl.constexpr
+):
+    overlap_prior_kernel(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    columns = tl.arange(0, BLOCK)
+    inside = columns < width
+    x = tl.load(x_ptr + row * stride_x + columns, inside, 0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=0)
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
+    tl.store(q_ptr + row * stride_q + columns, quantized_e4m3(x, scale), inside)
+    tl.store(scale_ptr + row, scale)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`nvllm.ops.fp8.quantize_rows(x)` of activations `[rows, width]`, one kernel: `(q, scale)`."""
+    rows, width = x.shape
+    q = torch.empty((rows, width), dtype=FP8, device=x.device)
+    scale = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows:
+        _quantize_rows_kernel[(rows,)](
+            x,
+            q,
+            scale,
+            width,
+            x.stride(0),
+            q.stride(0),
+            BLOCK=triton.next_power_of_2(width),
+            num_warps=4,
+            **pdl_launch(x.device),
+        )
+    return q, scale
+
+
+@triton.jit
+def _grouped_fp8_matmul_kernel(
+    a_ptr,  # e4m3. GATED: the tokens' rows [T, K]; else the intermediate's, a row a slot [slots, K]
+    a_scale_ptr,  # fp32. GATED: a token's scale [T]; else a slot's a group of BLOCK_K columns [groups, slots]
+    w_ptr,  # [E, N (x2 when GATED), K] e4m3
+    w_scale_ptr,  # [E, N (x2 when GATED)] fp32
+    out_ptr,  # GATED: silu(gate) * up, a row a slot [slots, N] e4m3; else a row a pair [pairs, N] fp32
+    out_scale_ptr,  # GATED: a slot's scale per group of BLOCK_N columns [groups, slots] fp32
+    sorted_pairs_ptr,
+    tile_expert_ptr,
+    pair_weights_ptr,
+    num_pairs,
+    num_experts,
+    N,
+    K,
+    stride_am,
+    stride_as,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_om,
+    stride_os,
+    TOP_K: tl.constexpr,
+    GATED: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    wait_for_prior_kernel(PDL)  # the tiles' experts and the input rows are the kernels' before
+    tile = tl.program_id(0)
+    expert = tl.load(tile_expert_ptr + tile)
+    if expert >= num_experts:
+        return
+    # the tile's slots of the sorted pairs; the intermediate is stored a row a slot, so that the down
+    # matmul reads its tile's rows in one piece
+    slots = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    pairs = tl.load(sorted_pairs_ptr + slots).to(tl.int64)
+    valid = pairs < num_pairs
+    # every row a tile reads is in bounds, a padding slot's too (the last pair's token, or its own unwritten
+    # row): its column of the products is never stored, so the loads need no mask of the pairs
+    rows = tl.minimum(pairs, num_pairs - 1) // TOP_K if GATED else slots
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    w_expert = w_ptr + expert.to(tl.int64) * stride_we
+    # transposed, weight rows by pairs: the weight fills the MMA's 64-row operand (module docstring)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_inside = ks < K
+        a_tile = a_ptr + rows[:, None] * stride_am + ks[None, :]
+        a = tl.trans(tl.load(a_tile, k_inside[None, :], 0.0))
+        w_mask = inside[:, None] & k_inside[None, :]
+        w = tl.load(w_expert + columns[:, None] * stride_wn + ks[None, :], w_mask, 0.0)
+        if GATED:
+            w_up = tl.load(w_expert + (columns[:, None] + N) * stride_wn + ks[None, :], w_mask, 0.0)
+            acc = tl.dot(w, a, acc)
+            acc_up = tl.dot(w_up, a, acc_up)
+        else:  # each group's products scaled as they are added
+            group_scale = tl.load(a_scale_ptr + (k0 // BLOCK_K) * stride_as + slots)
+            acc += tl.dot(w, a) * group_scale[None, :]
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    # a weight row's scale, and a token's, come out of the dot products (nvllm.ops.fp8)
+    scales = w_scale_ptr + expert.to(tl.int64) * stride_se + columns
+    acc = acc * tl.load(scales, inside, 0.0)[:, None]
+    if GATED:  # silu(gate) * up, quantized a scale per slot over the tile's columns (one group)
+        token_scale = tl.load(a_scale_ptr + rows)[None, :]
+        acc_up = acc_up * tl.load(scales + N, inside, 0.0)[:, None] * token_scale
+        acc = acc * token_scale
+        activated = acc * tl.sigmoid(acc) * acc_up
+        amax = tl.max(tl.abs(activated), axis=0)
+        scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
+        out = out_ptr + slots[None, :] * stride_om + columns[:, None]
+        tl.store(out, quantized_e4m3(activated, scale[None, :]), valid[None, :] & inside[:, None])
+        tl.store(out_scale_ptr + tl.program_id(1) * stride_os + slots, scale, valid)
+    else:  # the pair's routing weight
+        acc = acc * tl.load(pair_weights_ptr + pairs, valid, 0.0).to(tl.float32)[None, :]
+        out = out_ptr + pairs[None, :] * stride_om + columns[:, None]
+        tl.store(out, acc, valid[None, :] & inside[:, None])
+
+
+def grouped_fp8_matmul(
+    a: torch.Tensor,
+    a_scale: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    out: torch.Tensor,
+    out_scale: torch.Tensor | None,
+    sorted_pairs: torch.Tensor,
+    tile_expert: torch.Tensor,
+    pair_weights: torch.Tensor,
+    block_m: int,
+    top_k: int,
+    config: GroupedMatmulConfig,
+) -> None:
+    """One grouped matmul over the tiles of `align_by_expert(..., block_m)`, both operands e4m3, `w`
+    `[E, N or 2N, K]` with a scale per row. With `out_scale`, gate/up: `a` is the tokens' rows `[T, K]` with
+    a scale each (`a_scale` `[T]`), `w` packs [gate; up], and `out` `[slots, N]` gets silu(gate) * up in
+    e4m3 a row per slot of `sorted_pairs`, with a scale per group of `config.block_n` columns and slot
+    (`out_scale` `[groups, slots]`). Without, down: `a` and `a_scale` are gate/up's `out` and `out_scale`
+    (groups of `config.block_k` columns), and `out` `[pairs, N]` gets each pair's row times its routing
+    weight, in fp32."""
+    n = out.shape[1]
+    gated = out_scale is not None
+    assert a.dtype == w.dtype == FP8 and w_scale.shape == w.shape[:2]
+    if gated:
+        assert out.dtype == FP8 and out_scale.shape == (triton.cdiv(n, config.block_n), sorted_pairs.numel())
+    else:
+        assert a_scale.shape == (triton.cdiv(a.shape[1], config.block_k), sorted_pairs.numel())
+    grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
+    _grouped_fp8_matmul_kernel[grid](
+        a,
+        a_scale,
+        w,
+        w_scale,
+        out,
+        out_scale if gated else a_scale,
+        sorted_pairs,
+        tile_expert,
+        pair_weights,
+        pair_weights.numel(),
+        w.shape[0],
+        n,
+        a.shape[1],
+        a.stride(0),
+        a_scale.stride(0),
+        w.stride(0),
+        w.stride(1),
+        w_scale.stride(0),
+        out.stride(0),
+        out_scale.stride(0) if gated else 0,
+        TOP_K=top_k,
+        GATED=gated,
+        BLOCK_M=block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        **pdl_launch(a.device),
+    )
+
+
+def aligned_fp8_activation_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    tile_expert: torch.Tensor,
+    block_m: int,
+    gate_up_scale: torch.Tensor,
+    down_scale: torch.Tensor,
+) -> torch.Tensor:
+    """`nvllm.ops.moe_triton.aligned_experts` of fp8 experts, on quantized activations (the module
+    docstring): `experts_reference(..., quantize_activations=True)`'s result."""
+    num_tokens, top_k = topk_weights.shape
+    num_experts, intermediate = gate_up.shape[0], down.shape[2]
+    num_pairs = num_tokens * top_k
+    gate_up, down = gate_up.contiguous(), down.contiguous()
+    tiles = (sorted_pairs, tile_expert, topk_weights.flatten().contiguous(), block_m)
+    x_q, x_scale = quantize_rows(x.contiguous())
+    gate_up_config = fp8_activation_config(num_pairs, num_experts, gated=True)
+    down_config = fp8_activation_config(num_pairs, num_experts, gated=False)
+    assert gate_up_config.block_n == down_config.block_k == FP8_INTERMEDIATE_GROUP
+    slots = sorted_pairs.numel()
+    activated = torch.empty((slots, intermediate), dtype=FP8, device=x.device)
+    groups = triton.cdiv(intermediate, FP8_INTERMEDIATE_GROUP)
+    activated_scale = torch.empty((groups, slots), dtype=torch.float32, device=x.device)
+    grouped_fp8_matmul(
+        x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config
+    )
+    weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
+    grouped_fp8_matmul(
+        activated, activated_scale, down, down_scale, weighted, None, *tiles, top_k, down_config
+    )
+    return sum_pairs(weighted, top_k, x.dtype)

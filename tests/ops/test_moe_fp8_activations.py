@@ -1,0 +1,155 @@
+"""fp8 experts on fp8 activations (`model.moe_fp8_activations`, `nvllm.ops.moe_fp8_triton`): the rounding to
+e4m3 the kernels do in fp32 against torch's conversion, every e4m3 value and every tie; the activations'
+quantization kernel against `nvllm.ops.fp8.quantize_rows`; the two grouped matmuls in Triton's interpreter at
+each launch shape against the torch reference; their main loops compiled for sm_90 on the fp8 tensor cores,
+nothing converted; the group quantization of the reference."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from nvllm.ops.fp8 import FP8, FP8_MAX, dequantize_groups, quantize_groups
+from tests.helpers.triton_interpreter import run_in_interpreter
+
+
+def test_rounding_to_e4m3_in_fp32_gives_torchs_conversion_at_every_value_and_tie():
+    run_in_interpreter(
+        """
+import torch, triton, triton.language as tl
+from nvllm.ops.moe_fp8_triton import round_to_e4m3
+
+@triton.jit
+def kernel(x_ptr, q_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(q_ptr + i, round_to_e4m3(tl.load(x_ptr + i)).to(tl.float8e4nv))
+
+values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+values = values[values.isfinite()].unique()
+ties = (values[1:] + values[:-1]) / 2
+up, down = torch.tensor(float("inf")), torch.tensor(float("-inf"))
+x = torch.cat([values, ties, ties.nextafter(up), ties.nextafter(down), torch.randn(2048) * 60])
+x = x[x.abs() <= 448]
+padded = torch.zeros(triton.next_power_of_2(x.numel()))
+padded[: x.numel()] = x
+ours = torch.empty(padded.numel(), dtype=torch.float8_e4m3fn)
+kernel[(1,)](padded, ours, padded.numel())
+expected = padded.to(torch.float8_e4m3fn)
+wrong = ours.view(torch.uint8) != expected.view(torch.uint8)
+assert not wrong.any(), (padded[wrong][:8], ours.float()[wrong][:8], expected.float()[wrong][:8])
+"""
+    )
+
+
+def test_the_quantization_kernel_gives_the_references_codes_and_scales():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops import fp8, moe_fp8_triton
+generator = torch.Generator().manual_seed(0)
+# rows of very different magnitudes, a row of zeros, a width that is not a power of two
+x = torch.randn(5, 300, generator=generator) * torch.logspace(-3, 2, 5)[:, None]
+x[2] = 0
+for dtype in (torch.float32, torch.bfloat16):
+    q, scale = moe_fp8_triton.quantize_rows(x.to(dtype))
+    q_ref, scale_ref = fp8.quantize_rows(x.to(dtype))
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(scale, scale_ref)
+"""
+    )
+
+
+def test_the_grouped_fp8_matmuls_at_each_launch_shape_equal_the_torch_reference():
+    """Hidden and intermediate sizes off every block (both matmuls' column and reduction masks, a last
+    group narrower than the others); input columns and expert rows of magnitudes far apart, so that a scale
+    applied to the wrong token, group, row or expert shows; every launch shape of the table at each row
+    tile, and the whole layer through `nvllm::fused_experts`' and `nvllm::routed_experts`' CUDA paths."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops import moe_fp8_triton
+from nvllm.ops.moe_fp8_triton import FP8_ACTIVATION_TILE_CONFIGS, grouped_fp8_matmul
+from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP, experts_reference
+from nvllm.ops.moe_route_triton import routed_experts
+from nvllm.ops.moe_routing import route
+from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
+generator = torch.Generator().manual_seed(0)
+tokens, experts, top_k, hidden, intermediate = 40, 4, 2, 272, 144
+x = torch.randn(tokens, hidden, generator=generator) * torch.logspace(-1, 1, hidden)
+x[3] *= 100
+rows = torch.logspace(-2, 1, 2 * intermediate)[torch.randperm(2 * intermediate, generator=generator)]
+gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) * rows[:, None] / hidden**0.5
+gate_up[1] *= 10
+down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+logits = torch.randn(tokens, experts, generator=generator)
+weights, ids = route(logits, top_k, renormalize=True)
+(gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+fp8_experts = (gate_up_q, down_q)
+scales = (gate_up_scale, down_scale)
+expected = experts_reference(x, *fp8_experts, weights, ids, *scales, quantize_activations=True)
+unquantized = experts_reference(x, *fp8_experts, weights, ids, *scales)
+assert (unquantized - expected).abs().max() > 1e-2 * expected.abs().max()  # the activations' rounding shows
+
+
+def close(ours, label):
+    atol = 1e-5 * expected.abs().max()
+    torch.testing.assert_close(ours, expected, atol=atol, rtol=1e-5, msg=lambda m: f"{label}: {m}")
+
+
+x_q, x_scale = moe_fp8_triton.quantize_rows(x)
+gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale)
+launches = {(gate_up, down) for _, gate_up, down in FP8_ACTIVATION_TILE_CONFIGS}
+for block_m in (16, 32, 64):
+    sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
+    tiles = (sorted_pairs, tile_expert, weights.flatten().contiguous(), block_m)
+    slots = sorted_pairs.numel()
+    for gate_up_config, down_config in launches:
+        assert gate_up_config.block_n == down_config.block_k == FP8_INTERMEDIATE_GROUP
+        activated = torch.empty(slots, intermediate, dtype=torch.float8_e4m3fn)
+        activated_scale = torch.empty(-(-intermediate // FP8_INTERMEDIATE_GROUP), slots)
+        grouped_fp8_matmul(*gate_up_operands, activated, activated_scale, *tiles, top_k, gate_up_config)
+        out = torch.empty(tokens * top_k, hidden)
+        down_operands = (activated, activated_scale, down_q, down_scale)
+        grouped_fp8_matmul(*down_operands, out, None, *tiles, top_k, down_config)
+        close(sum_pairs(out, top_k, torch.float32), f"{block_m} {gate_up_config} {down_config}")
+close(grouped_experts(x, *fp8_experts, weights, ids, *scales, True), "fused_experts")
+close(routed_experts(x, *fp8_experts, logits, None, top_k, True, *scales, True), "routed_experts")
+"""
+    )
+
+
+def test_the_fp8_activation_loops_multiply_on_the_fp8_tensor_cores_converting_nothing():
+    """Compiled for sm_90 on the CPU at a single stream's, a decode batch's and a prefill's launch shapes:
+    each main loop's MMAs are fp8 ones (QGMMA), and nothing in it converts or rebuilds an operand."""
+    pytest.importorskip("triton")
+    from experiments.kernels.fp8_weights_sass import CONVERSIONS, FP8_ACTIVATION_KERNELS
+    from experiments.kernels.hopper_sass import disassemble, main_loop_instructions, nvidia_tool
+
+    if not Path(nvidia_tool("ptxas")).exists():
+        pytest.skip("this Triton has no NVIDIA backend tools")
+    with tempfile.TemporaryDirectory() as directory:
+        for name, build in FP8_ACTIVATION_KERNELS.items():
+            kernel, _, _ = build()
+            loop = main_loop_instructions(disassemble(kernel.asm["cubin"], Path(directory))[0])
+            assert loop["QGMMA.64"], (name, loop)
+            assert not [op for op in loop if "HMMA" in op], name
+            # the loop's one shift steps its pipeline's buffer index; nothing else converts or moves
+            assert [op for op in loop if op.startswith(CONVERSIONS)] == ["SHF.R.S32.HI"], (name, loop)
+
+
+def test_groups_are_quantized_each_on_its_own_scale():
+    x = torch.randn(3, 150) * torch.logspace(-2, 2, 150)
+    x[1, 64:128] = 0
+    q, scale = quantize_groups(x, 64)
+    assert q.dtype == FP8 and q.shape == x.shape and scale.shape == (3, 3)
+    for g, columns in enumerate((slice(0, 64), slice(64, 128), slice(128, 150))):
+        amax = x[:, columns].abs().amax(1)
+        torch.testing.assert_close(scale[:, g], torch.where(amax > 0, amax / FP8_MAX, 1.0))
+    assert scale[1, 1] == 1 and (q[1, 64:128].float() == 0).all()
+    # within half an e4m3 step (2^-4 of a value) of each element, or of its group's smallest normal
+    back = dequantize_groups(q, scale, 64)
+    smallest = scale.repeat_interleave(64, 1)[:, :150] * 2**-6
+    assert ((back - x).abs() <= torch.maximum(x.abs() * 2**-4, smallest)).all()
