@@ -1,5 +1,7 @@
 """The kernel benchmarks' fp8 flags: `--fp8` (weights in fp8 with a scale per row) and `--move-bits` (the
-kernels convert them by moving bits, `nvllm.ops.e4m3_to_bf16`), set once for every kernel the run compiles."""
+kernels convert them by moving bits, `nvllm.ops.e4m3_to_bf16`), set once for every kernel the run compiles;
+for the MoE benches also `--fp8-activations` (fp8 experts multiplying fp8 activations,
+`nvllm.ops.moe_fp8_triton`)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,24 @@ import argparse
 from nvllm.ops import e4m3_to_bf16
 
 
-def add_fp8_arguments(parser: argparse.ArgumentParser, weights: str) -> None:
-    """`--fp8` and `--move-bits` on `parser`; `weights`: what is in fp8, for the help."""
+def add_fp8_arguments(parser: argparse.ArgumentParser, weights: str, activations: bool = False) -> None:
+    """`--fp8` and `--move-bits` on `parser`, and `--fp8-activations` where `activations`; `weights`: what
+    is in fp8, for the help."""
     parser.add_argument("--fp8", action="store_true", help=f"{weights} in fp8 with a scale per row")
     parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
+    if activations:
+        help = "with --fp8: the experts multiply fp8 activations (model.moe_fp8_activations)"
+        parser.add_argument("--fp8-activations", action="store_true", help=help)
 
 
 def convert_as_asked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The conversion `--move-bits` asks for, set for this process (`--move-bits` needs `--fp8`)."""
+    """The conversion `--move-bits` asks for, set for this process (`--move-bits` and `--fp8-activations`
+    need `--fp8`, and exclude each other: fp8 activations convert nothing)."""
     if args.move_bits and not args.fp8:
         parser.error("--move-bits converts fp8 weights: it needs --fp8")
+    if getattr(args, "fp8_activations", False):
+        if not args.fp8:
+            parser.error("--fp8-activations multiplies fp8 experts: it needs --fp8")
+        if args.move_bits:
+            parser.error("--fp8-activations converts no weight: --move-bits does not apply")
     e4m3_to_bf16.ENABLED = args.move_bits

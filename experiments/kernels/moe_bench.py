@@ -5,9 +5,11 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 (`experiments.kernels.skinny_matmul_bench.time_us`), against the bytes of the experts the batch touches
 (counted from its routing, uniform random logits; beside the expected count E * (1 - (1 - k/E)^n)).
 
-`--move-bits` has the kernels convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`).
+`--move-bits` has the kernels convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`);
+`--fp8-activations` has fp8 experts multiply fp8 activations (`nvllm.ops.moe_fp8_triton`, the input's
+quantization kernel included in the time).
 
-`python -m experiments.kernels.moe_bench [--fp8 [--move-bits]]`"""
+`python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]]`"""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return x, weights, ids
 
 
-def main(fp8: bool) -> None:
+def main(fp8: bool, fp8_activations: bool = False) -> None:
     torch.manual_seed(0)
     gate_up, down, *scales = layer_experts(fp8)
     one_expert = expert_bytes(gate_up, down, *scales)
@@ -65,7 +67,7 @@ def main(fp8: bool) -> None:
         x, weights, ids = routed_batch(tokens)
         touched = ids.unique().numel()
         expected = NUM_EXPERTS * (1 - (1 - TOP_K / NUM_EXPERTS) ** tokens)
-        us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids, *scales))
+        us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids, *scales, fp8_activations))
         gb = touched * one_expert / 1e9
         tflops = 2 * tokens * TOP_K * 3 * HIDDEN * INTERMEDIATE / us / 1e6
         tile = row_tile(tokens * TOP_K, NUM_EXPERTS)
@@ -79,7 +81,7 @@ def main(fp8: bool) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_fp8_arguments(parser, "experts")
+    add_fp8_arguments(parser, "experts", activations=True)
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    main(args.fp8)
+    main(args.fp8, args.fp8_activations)

@@ -19,11 +19,14 @@ cores and two of timing on an H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
+`--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
+prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n and
+down's block_k are the intermediate's quantization group; 24 configurations each).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s: two runs that differ in it
 say whether a band's row tile is the right one (the table printed is then for that tile, not to paste).
 
-`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]]
-[--row-tile 32]`"""
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits |
+--fp8-activations]] [--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -50,7 +53,9 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16
+from nvllm.ops import e4m3_to_bf16, moe_fp8_triton
+from nvllm.ops.moe_fp8_triton import FP8_ACTIVATION_TILE_CONFIGS, fp8_activation_config, grouped_fp8_matmul
+from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP
 from nvllm.ops.moe_triton import (
     FP8_TILE_CONFIGS,
     TILE_CONFIGS,
@@ -67,21 +72,51 @@ GRID = [
     GroupedMatmulConfig(*launch)
     for launch in itertools.product((16, 32, 64, 128), (64, 128, 256), (2, 4, 8), (2, 3, 4, 5))
 ]
+# fp8 activations: gate/up's block_n and down's block_k are the intermediate's quantization group
+ACTIVATION_GRIDS = {
+    True: [
+        GroupedMatmulConfig(FP8_INTERMEDIATE_GROUP, *launch)
+        for launch in itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
+    ],
+    False: [
+        GroupedMatmulConfig(block_n, FP8_INTERMEDIATE_GROUP, warps, stages)
+        for block_n, warps, stages in itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
+    ],
+}
 MATMULS = {"gate/up": True, "down": False}  # name: gated
 BF16_BYTES = 2
+# what a sweep multiplies (the experts' dtype, and fp8 activations or not): the table it prints
+TABLES = {
+    "bf16": ("TILE_CONFIGS", TILE_CONFIGS),
+    "fp8": ("FP8_TILE_CONFIGS", FP8_TILE_CONFIGS),
+    "fp8 activations": ("FP8_ACTIVATION_TILE_CONFIGS", FP8_ACTIVATION_TILE_CONFIGS),
+}
+
+
+def grid(kind: str, gated: bool) -> list[GroupedMatmulConfig]:
+    """The configurations swept for the gate/up (`gated`) or down matmul of `kind`."""
+    return ACTIVATION_GRIDS[gated] if kind == "fp8 activations" else GRID
+
+
+def table_config(num_pairs: int, gated: bool, kind: str) -> GroupedMatmulConfig:
+    """The configuration the engine launches now at `num_pairs` pairs."""
+    if kind == "fp8 activations":
+        return fp8_activation_config(num_pairs, NUM_EXPERTS, gated)
+    return matmul_config(num_pairs, NUM_EXPERTS, gated, kind == "fp8")
 
 
 def in_grid(
-    config: GroupedMatmulConfig, block_m: int, gated: bool, shared_memory: int, fp8: bool = False
+    config: GroupedMatmulConfig, block_m: int, gated: bool, shared_memory: int, kind: str = "bf16"
 ) -> bool:
     """Whether the sweep times `config` at `block_m`-row tiles: not where even num_stages - 1 buffers of a
-    slice's tiles (bf16 activations, bf16 or `fp8` weights) overflow `shared_memory` (it would raise
+    slice's tiles (activations and weights of `kind`) overflow `shared_memory` (it would raise
     OutOfResources), nor with more stages than the reduction loop has slices (nothing left to prefetch), nor,
     at 32 rows and more, with a 16-column strip (each program reads its rows of the input again for a
     sliver of the output) or 2 warps."""
-    weight_bytes = 1 if fp8 else BF16_BYTES
+    weight_bytes = BF16_BYTES if kind == "bf16" else 1
+    activation_bytes = 1 if kind == "fp8 activations" else BF16_BYTES
     weight_rows = (2 if gated else 1) * config.block_n
-    slice_bytes = (block_m * BF16_BYTES + weight_rows * weight_bytes) * config.block_k
+    slice_bytes = (block_m * activation_bytes + weight_rows * weight_bytes) * config.block_k
     reduction = HIDDEN if gated else INTERMEDIATE
     if (config.num_stages - 1) * slice_bytes > shared_memory:
         return False
@@ -107,13 +142,31 @@ def tile_rows(tokens: int, forced: int | None) -> int:
     return forced or row_tile(tokens * TOP_K, NUM_EXPERTS)
 
 
+def fp8_activation_matmul(
+    gated: bool, x: torch.Tensor, tiles: dict, fp8_experts: tuple[torch.Tensor, ...]
+) -> Callable:
+    """The gate/up (`gated`) or down matmul on fp8 activations of the tokens `x` sorted into `tiles`: the
+    gate/up input quantized as the engine's, the down input random e4m3 with random group scales."""
+    gate_up, down, gate_up_scale, down_scale = fp8_experts
+    slots = tiles["sorted_pairs"].numel()
+    groups = triton.cdiv(INTERMEDIATE, FP8_INTERMEDIATE_GROUP)
+    activated = torch.randn(slots, INTERMEDIATE, device="cuda").to(gate_up.dtype)
+    activated_scale = torch.rand(groups, slots, device="cuda") / 448
+    if gated:
+        operands = (*moe_fp8_triton.quantize_rows(x), gate_up, gate_up_scale, activated, activated_scale)
+    else:
+        out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=torch.float32)
+        operands = (activated, activated_scale, down, down_scale, out, None)
+    return functools.partial(grouped_fp8_matmul, *operands, **tiles, top_k=TOP_K)
+
+
 def matmul_of_batch(
-    tokens: int, gated: bool, fp8: bool, forced_tile: int | None = None
+    tokens: int, gated: bool, kind: str, forced_tile: int | None = None
 ) -> tuple[Callable, int, int]:
-    """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens (on `fp8` experts),
-    to be called with its `config`; the batch's row tile (`forced_tile` where given) and the number of
-    experts it touches."""
-    gate_up, down, gate_up_scale, down_scale = experts(fp8)
+    """The gate/up (`gated`) or down grouped matmul of a routed batch of `tokens` tokens (experts and
+    activations of `kind`), to be called with its `config`; the batch's row tile (`forced_tile` where
+    given) and the number of experts it touches."""
+    gate_up, down, gate_up_scale, down_scale = experts(kind != "bf16")
     x, weights, ids = routed_batch(tokens)
     num_pairs = tokens * TOP_K
     block_m = tile_rows(tokens, forced_tile)
@@ -122,6 +175,10 @@ def matmul_of_batch(
     tiles = dict(
         sorted_pairs=sorted_pairs, tile_expert=tile_expert, pair_weights=pair_weights, block_m=block_m
     )
+    touched = ids.unique().numel()
+    if kind == "fp8 activations":
+        fp8_experts = (gate_up, down, gate_up_scale, down_scale)
+        return fp8_activation_matmul(gated, x, tiles, fp8_experts), block_m, touched
     activated = torch.randn(num_pairs, INTERMEDIATE, device="cuda", dtype=torch.bfloat16)
     if gated:
         operands = dict(a=x, w=gate_up, w_scale=gate_up_scale, out=activated, divisor=TOP_K, gated=True)
@@ -131,15 +188,15 @@ def matmul_of_batch(
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
     run = functools.partial(grouped_matmul, **operands, **tiles)
-    return run, block_m, ids.unique().numel()
+    return run, block_m, touched
 
 
-def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig, int | None]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, fp8, move_bits, config,
+def compile_one(trial: tuple[int, bool, str, bool, GroupedMatmulConfig, int | None]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, move_bits, config,
     forced_tile)`."""
-    tokens, gated, fp8, move_bits, config, forced_tile = trial
+    tokens, gated, kind, move_bits, config, forced_tile = trial
     e4m3_to_bf16.ENABLED = move_bits
-    run, _, _ = matmul_of_batch(tokens, gated, fp8, forced_tile)
+    run, _, _ = matmul_of_batch(tokens, gated, kind, forced_tile)
     try:
         run(config=config)
     except triton.runtime.errors.OutOfResources:
@@ -147,7 +204,7 @@ def compile_one(trial: tuple[int, bool, bool, bool, GroupedMatmulConfig, int | N
     torch.cuda.synchronize()
 
 
-def compile_all(token_counts: list[int], jobs: int, fp8: bool, forced_tile: int | None = None) -> None:
+def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int | None = None) -> None:
     """`compile_one` over the grid in `jobs` processes, once per kernel specialization: token counts with
     the same row tile, whose pair counts are alike multiples of 16 or not, share their kernels."""
     # by its name, so the workers can find `compile_one`
@@ -158,11 +215,11 @@ def compile_all(token_counts: list[int], jobs: int, fp8: bool, forced_tile: int 
         block_m = tile_rows(tokens, forced_tile)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
-        (tokens, gated, fp8, e4m3_to_bf16.ENABLED, config, forced_tile)
+        (tokens, gated, kind, e4m3_to_bf16.ENABLED, config, forced_tile)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
-        for config in GRID
-        if in_grid(config, block_m, gated, shared_memory(), fp8)
+        for config in grid(kind, gated)
+        if in_grid(config, block_m, gated, shared_memory(), kind)
     ]
     print(f"compiling {len(trials)} kernels in {jobs} processes", flush=True)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -170,13 +227,13 @@ def compile_all(token_counts: list[int], jobs: int, fp8: bool, forced_tile: int 
 
 
 def timed_configs(
-    tokens: int, gated: bool, fp8: bool, forced_tile: int | None = None
+    tokens: int, gated: bool, kind: str, forced_tile: int | None = None
 ) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
     """µs per call of each configuration of the grid that fits (and of the table's); the row tile and
     the experts touched."""
-    run, block_m, touched = matmul_of_batch(tokens, gated, fp8, forced_tile)
-    configs = [c for c in GRID if in_grid(c, block_m, gated, shared_memory(), fp8)]
-    table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
+    run, block_m, touched = matmul_of_batch(tokens, gated, kind, forced_tile)
+    configs = [c for c in grid(kind, gated) if in_grid(c, block_m, gated, shared_memory(), kind)]
+    table = table_config(tokens * TOP_K, gated, kind)
     times = {}
     for config in configs + ([] if table in configs else [table]):
         try:
@@ -191,18 +248,18 @@ def launch(config: GroupedMatmulConfig) -> str:
 
 
 def sweep(
-    token_counts: list[int], fp8: bool, forced_tile: int | None = None
+    token_counts: list[int], kind: str, forced_tile: int | None = None
 ) -> dict[tuple[int, str], dict[GroupedMatmulConfig, float]]:
     """Times every matmul at every token count; prints each one's fastest configuration against the
     table's."""
-    gate_up, down, gate_up_scale, down_scale = experts(fp8)
+    gate_up, down, gate_up_scale, down_scale = experts(kind != "bf16")
     one_expert = {"gate/up": expert_bytes(gate_up, gate_up_scale), "down": expert_bytes(down, down_scale)}
     results = {}
     for tokens in token_counts:
         for name, gated in MATMULS.items():
-            times, block_m, touched = timed_configs(tokens, gated, fp8, forced_tile)
+            times, block_m, touched = timed_configs(tokens, gated, kind, forced_tile)
             best = min(times, key=times.get)
-            table = matmul_config(tokens * TOP_K, NUM_EXPERTS, gated, fp8)
+            table = table_config(tokens * TOP_K, gated, kind)
             gb = touched * one_expert[name] / 1e9
             was = times.get(table, math.nan)  # nan where the table's configuration does not fit
             print(
@@ -217,13 +274,14 @@ def sweep(
 
 
 def print_table(
-    token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]], fp8: bool
+    token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]], kind: str
 ):
-    """`TILE_CONFIGS` (`FP8_TILE_CONFIGS`) with each swept band's configuration per matmul: the one with the
+    """The table of `kind` (`TABLES`) with each swept band's configuration per matmul: the one with the
     least time summed over the band's token counts (of those timed at all of them); bands without a swept
     token count kept."""
+    name, current_table = TABLES[kind]
     rows = []
-    for band, (most, *current) in enumerate(FP8_TILE_CONFIGS if fp8 else TILE_CONFIGS):
+    for band, (most, *current) in enumerate(current_table):
         counts = [t for t in token_counts if config_band(t * TOP_K, NUM_EXPERTS) == band]
         chosen = []
         for name, table in zip(MATMULS, current):
@@ -242,7 +300,6 @@ def print_table(
         most_text = "math.inf" if math.isinf(most) else repr(most)
         gate_up, down = (f"GroupedMatmulConfig{launch(config)}" for config in chosen)
         rows.append(f"    ({most_text}, {gate_up}, {down}),")
-    name = "FP8_TILE_CONFIGS" if fp8 else "TILE_CONFIGS"
     print(f"{name}: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (")
     print("\n".join(rows))
     print(")")
@@ -266,9 +323,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--row-tile", type=int, choices=(16, 32, 64), help="every token count at this row tile"
     )
-    add_fp8_arguments(parser, "experts")
+    add_fp8_arguments(parser, "experts", activations=True)
     args = parser.parse_args()
     convert_as_asked(parser, args)
+    kind = "fp8 activations" if args.fp8_activations else "fp8" if args.fp8 else "bf16"
     if args.jobs:
-        compile_all(args.tokens, args.jobs, args.fp8, args.row_tile)
-    print_table(args.tokens, sweep(args.tokens, args.fp8, args.row_tile), args.fp8)
+        compile_all(args.tokens, args.jobs, kind, args.row_tile)
+    print_table(args.tokens, sweep(args.tokens, kind, args.row_tile), kind)

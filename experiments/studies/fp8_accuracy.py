@@ -8,8 +8,11 @@ part, how far apart the reference put the two tokens (the log-probability of its
 other's: a near-tie is a small gap). Over the shared tokens: how far the other's log-probability of each
 token is from the reference's. Also the weights' memory of each engine.
 
+`--fp8-activations` adds a fourth engine for a mixture-of-experts model: fp8 weights whose experts multiply
+fp8 activations (`model.moe_fp8_activations`), against float32 and against fp8 weights alone.
+
 `python -m experiments.studies.fp8_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128] [--new
-256] [--dtype bfloat16]`
+256] [--dtype bfloat16] [--fp8-activations]`
 (on the CPU: `--model tiny`; `--dtype` sets the model's dtype where `auto` would not give the one to compare,
 as on the CPU, where it is float32)."""
 
@@ -65,13 +68,17 @@ ENGINES = {
     "fp8": dict(model__quantization="fp8"),
 }
 PAIRS = (("float32", "dtype"), ("float32", "fp8"), ("dtype", "fp8"))  # (reference, other)
+# with --fp8-activations
+FP8_ACTIVATIONS = {"fp8 activations": dict(model__quantization="fp8", model__moe_fp8_activations=True)}
+FP8_ACTIVATION_PAIRS = (("float32", "fp8 activations"), ("fp8", "fp8 activations"))
 
 
-def engines(dtype: str | None) -> dict[str, dict]:
-    """`ENGINES`, the model's dtype and fp8's activations `dtype` where given."""
+def engines(dtype: str | None, fp8_activations: bool = False) -> dict[str, dict]:
+    """`ENGINES` (and `FP8_ACTIVATIONS`), the model's dtype and fp8's activations `dtype` where given."""
+    chosen = {**ENGINES, **(FP8_ACTIVATIONS if fp8_activations else {})}
     if dtype is None:
-        return ENGINES
-    return {name: {"model__dtype": dtype, **settings} for name, settings in ENGINES.items()}
+        return chosen
+    return {name: {"model__dtype": dtype, **settings} for name, settings in chosen.items()}
 
 
 def greedy_outputs(model: str, settings: dict, prompts: list[list[int]], new_tokens: int):
@@ -94,7 +101,7 @@ def report(
 ) -> str:
     """One table row per (reference, other) pair of `agreements`."""
     first = next(iter(agreements.values()))
-    names = {"float32": "float32", "dtype": dtype, "fp8": "fp8"}
+    names = {"float32": "float32", "dtype": dtype, "fp8": "fp8", "fp8 activations": "fp8 on fp8 activations"}
     lines = [
         f"{model}, {len(first)} prompts, {new_tokens} greedy tokens each; weights: "
         + ", ".join(f"{names[name]} {gib:.2f} GiB" for name, gib in weights_gib.items()),
@@ -137,17 +144,20 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=256, help="greedy tokens per prompt")
     parser.add_argument("--vocab", type=int, default=151936, help="prompt token ids are drawn below this")
     parser.add_argument("--dtype", help="the model's dtype (default: auto)")
+    parser.add_argument(
+        "--fp8-activations", action="store_true", help="a MoE's experts on fp8 activations too"
+    )
     args = parser.parse_args()
     rng = random.Random(0)
     prompts = [[rng.randrange(args.vocab) for _ in range(args.prompt_len)] for _ in range(args.prompts)]
     outputs, weights, dtypes = {}, {}, {}
-    for name, settings in engines(args.dtype).items():
+    for name, settings in engines(args.dtype, args.fp8_activations).items():
         outputs[name], weights[name], dtypes[name] = greedy_outputs(args.model, settings, prompts, args.new)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # this engine's memory, for the next one's KV cache
     agreements = {
         (reference, other): [agreement(a, b) for a, b in zip(outputs[reference], outputs[other], strict=True)]
-        for reference, other in PAIRS
+        for reference, other in PAIRS + (FP8_ACTIVATION_PAIRS if args.fp8_activations else ())
     }
     print(report(args.model, agreements, weights, dtypes["dtype"], args.new))
 

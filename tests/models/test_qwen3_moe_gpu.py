@@ -68,21 +68,47 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 
 
-def test_the_grouped_matmuls_replay_in_a_cuda_graph():
-    """Captured once, replayed with other tokens and another routing: the same result as eager."""
+@pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
+def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
+    """fp8 experts on fp8 activations (`model.moe_fp8_activations`) against the torch reference of the same
+    quantization. They differ by the order of fp32 sums (and the fp8 MMA's accumulation), and by the
+    elements of the intermediate whose e4m3 rounding that flips: far less than the activations'
+    quantization itself moves the result (the same experts on bf16 activations)."""
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+
+    x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+    x, weights = x.to(torch.bfloat16), weights.to(torch.bfloat16)
+    experts = (gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+    reference = experts_reference(x, *experts, quantize_activations=True).float()
+    on_bf16_activations = experts_reference(x.float(), gate_up_q, down_q, weights.float(), *experts[3:])
+    ours = grouped_experts(x, *experts, True).float()
+    assert relative_error(ours, reference) <= min(1e-2, 0.25 * relative_error(on_bf16_activations, reference))
+
+
+@pytest.mark.parametrize("fp8_activations", [False, True])
+def test_the_grouped_matmuls_replay_in_a_cuda_graph(fp8_activations):
+    """Captured once, replayed with other tokens and another routing: the same result as eager (on fp8
+    activations: fp8 experts quantizing the activations in the graph too)."""
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
     x, gate_up, down, weights, ids = [
         t.to(torch.bfloat16) if t.is_floating_point() else t for t in layer_inputs(256, seed=1)
     ]
-    grouped_experts(x, gate_up, down, weights, ids)  # compile the kernels outside the capture
+    if fp8_activations:
+        (gate_up, gate_up_scale), (down, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+        quantized = (gate_up_scale, down_scale, True)
+    else:
+        quantized = ()
+    grouped_experts(x, gate_up, down, weights, ids, *quantized)  # compile the kernels outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = grouped_experts(x, gate_up, down, weights, ids)
+        out = grouped_experts(x, gate_up, down, weights, ids, *quantized)
     new_x, _, _, new_weights, new_ids = layer_inputs(256, seed=2)
     x.copy_(new_x), weights.copy_(new_weights), ids.copy_(new_ids)
     graph.replay()
-    torch.testing.assert_close(out, grouped_experts(x, gate_up, down, weights, ids), atol=0, rtol=0)
+    expected = grouped_experts(x, gate_up, down, weights, ids, *quantized)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
 
 
 # a small MoE of the real head size (flash-attn builds may serve no other), 16 experts of which 4 a token
