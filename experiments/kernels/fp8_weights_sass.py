@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
-from nvllm.ops import moe_fp8_triton, moe_triton, skinny_matmul
+from nvllm.ops import moe_fp8_triton, moe_tiles, moe_triton, skinny_matmul
 
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
 # element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
@@ -58,8 +58,8 @@ def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
 
 def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
     """A Qwen3-30B-A3B layer's gate/up (`gated`) or down grouped matmul at `pairs` pairs over 128 experts."""
-    block_m = moe_triton.row_tile(pairs, 128)
-    config = moe_triton.matmul_config(pairs, 128, gated, fp8=weight != "bf16")
+    block_m = moe_tiles.row_tile(pairs, 128)
+    config = moe_tiles.matmul_config(pairs, 128, gated, fp8=weight != "bf16")
     signature = {
         "a_ptr": "*bf16",
         "w_ptr": f"*{weight}",
@@ -99,8 +99,8 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
 def grouped_fp8_activations(gated: bool, pairs: int):
     """`grouped`'s matmul at `pairs` pairs over fp8 activations (`nvllm.ops.moe_fp8_triton`): the gate/up
     matmul's input with a scale per token, the down matmul's with a scale per group."""
-    block_m = moe_triton.row_tile(pairs, 128)
-    config = moe_fp8_triton.fp8_activation_config(pairs, 128, gated)
+    block_m = moe_tiles.row_tile(pairs, 128)
+    config = moe_tiles.fp8_activation_config(pairs, 128, gated)
     signature = {
         "a_ptr": "*fp8e4nv",
         "a_scale_ptr": "*fp32",

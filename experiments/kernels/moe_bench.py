@@ -22,7 +22,8 @@ from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_aske
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_routing import route
-from nvllm.ops.moe_triton import grouped_experts, row_tile
+from nvllm.ops.moe_tiles import row_tile
+from nvllm.ops.moe_triton import grouped_experts
 
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)

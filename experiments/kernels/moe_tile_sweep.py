@@ -1,4 +1,4 @@
-"""Launch shapes of the MoE grouped matmuls (`nvllm.ops.moe_triton.TILE_CONFIGS`) for one layer of
+"""Launch shapes of the MoE grouped matmuls (`nvllm.ops.moe_tiles.TILE_CONFIGS`) for one layer of
 Qwen3-30B-A3B (`experiments.kernels.moe_bench`'s shape and routing: uniform random logits through
 `route`), on the GPU. For each token count, gate/up and down are timed separately (`time_us`: one call in a
 CUDA graph, inputs read from memory) at `row_tile`'s row tile over a grid of block_n (16, 32, 64, 128) x
@@ -54,18 +54,19 @@ from experiments.kernels.moe_bench import (
 )
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import e4m3_to_bf16, moe_fp8_triton
-from nvllm.ops.moe_fp8_triton import FP8_ACTIVATION_TILE_CONFIGS, fp8_activation_config, grouped_fp8_matmul
-from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP
-from nvllm.ops.moe_triton import (
+from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
+from nvllm.ops.moe_tiles import (
+    FP8_ACTIVATION_TILE_CONFIGS,
+    FP8_INTERMEDIATE_GROUP,
     FP8_TILE_CONFIGS,
     TILE_CONFIGS,
     GroupedMatmulConfig,
-    align_by_expert,
     config_band,
-    grouped_matmul,
+    fp8_activation_config,
     matmul_config,
     row_tile,
 )
+from nvllm.ops.moe_triton import align_by_expert, grouped_matmul
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
 GRID = [

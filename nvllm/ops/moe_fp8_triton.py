@@ -10,50 +10,28 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
   `FP8_INTERMEDIATE_GROUP` intermediate columns, which is all of the intermediate a program holds;
 - the down kernel multiplies each group's dot product by its scale as it accumulates (fp32, on the CUDA
   cores), a scale per pair and weight row after its loop;
-- the k pairs of a token are summed as before (`sum_pairs`).
+- the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
 
 Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA
 (`wgmma`) takes 64 rows of its first operand at a time and as few as 8 of its second, and a decode batch
 gives an expert a few pairs: the weight's rows fill the 64, the pairs the few. Both operands then come from
 shared memory as stored, e4m3 with the reduction dimension contiguous, which is the layout fp8 MMA needs.
 
-The sort by expert, the tiles and their bands are `nvllm.ops.moe_triton`'s; the torch reference is
-`nvllm.ops.moe_ops.quantized_activations_expert`.
+The sort by expert is `nvllm.ops.moe_triton`'s, the launch shapes `nvllm.ops.moe_tiles`'
+(`FP8_ACTIVATION_TILE_CONFIGS`); the torch reference is `nvllm.ops.moe_ops.quantized_activations_expert`.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
 import triton.language as tl
 
 from nvllm.ops.fp8 import FP8, FP8_MAX
-from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP
-from nvllm.ops.moe_triton import GroupedMatmulConfig, config_band, sum_pairs
+from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig, fp8_activation_config
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 E4M3_MAX = tl.constexpr(FP8_MAX)
-
-# (most pairs per expert, gate/up's config, down's config) by `moe_triton`'s bands. The gate/up kernel's
-# block_n is `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes one group of the intermediate), the down
-# kernel's block_k the same (it scales one group a step). Not yet swept on a GPU: the widest reduction slice
-# that keeps three or four tiles in flight, 8 warps where a program's two accumulators would not fit 4.
-FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
-    (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
-    (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
-    (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
-    (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
-    (math.inf, GroupedMatmulConfig(64, 128, 8, 3), GroupedMatmulConfig(128, 64, 8, 3)),
-)
-
-
-def fp8_activation_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
-    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
-    `num_experts` experts."""
-    _, gate_up, down = FP8_ACTIVATION_TILE_CONFIGS[config_band(num_pairs, num_experts)]
-    return gate_up if gated else down
 
 
 @triton.jit
@@ -260,7 +238,7 @@ def grouped_fp8_matmul(
     )
 
 
-def aligned_fp8_activation_experts(
+def fp8_activation_pair_outputs(
     x: torch.Tensor,
     gate_up: torch.Tensor,
     down: torch.Tensor,
@@ -271,8 +249,9 @@ def aligned_fp8_activation_experts(
     gate_up_scale: torch.Tensor,
     down_scale: torch.Tensor,
 ) -> torch.Tensor:
-    """`nvllm.ops.moe_triton.aligned_experts` of fp8 experts, on quantized activations (the module
-    docstring): `experts_reference(..., quantize_activations=True)`'s result."""
+    """Each (token, choice) pair's output of fp8 experts on quantized activations (the module docstring),
+    times its routing weight, fp32 `[pairs, H]`: what `nvllm.ops.moe_triton.aligned_experts` sums into
+    `experts_reference(..., quantize_activations=True)`'s result."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
@@ -293,4 +272,4 @@ def aligned_fp8_activation_experts(
     grouped_fp8_matmul(
         activated, activated_scale, down, down_scale, weighted, None, *tiles, top_k, down_config
     )
-    return sum_pairs(weighted, top_k, x.dtype)
+    return weighted

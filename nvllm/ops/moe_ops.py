@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from nvllm.ops.fp8 import dequantize_groups, fp8_linear_reference, quantize_groups, quantize_rows
 from nvllm.ops.moe_routing import route_step
+from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
 from nvllm.ops.op_library import inference_op, register_fake
 
 
@@ -24,12 +25,6 @@ def expert_matmul(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | 
     if scales is None:
         return F.linear(x, weight[expert])
     return fp8_linear_reference(x, weight[expert], scales[expert])
-
-
-# fp8 experts multiplying quantized activations (`model.moe_fp8_activations`): each expert's intermediate
-# activations are quantized in groups of this many columns, a scale each. It is the gate/up kernel's tile of
-# intermediate columns, whose epilogue quantizes it (`nvllm.ops.moe_fp8_triton`).
-FP8_INTERMEDIATE_GROUP = 64
 
 
 def quantized_activations_expert(

@@ -17,13 +17,13 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.moe_route_tokens_triton import route_tokens
+from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_topk_triton import route_block, store_routing
 from nvllm.ops.moe_triton import (
     align_by_expert,
     aligned_experts,
     empty_tiles,
     pad_runs_and_tile_experts,
-    row_tile,
 )
 from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 

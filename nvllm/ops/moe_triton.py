@@ -13,79 +13,23 @@ and are masked. Then:
 Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
 converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value; by moving bits
 where `nvllm.ops.e4m3_to_bf16` is enabled), each output column times its row's scale after the reduction, as
-the skinny kernel does for dense fp8 weights; the activations stay in their dtype.
+the skinny kernel does for dense fp8 weights; the activations stay in their dtype (or, quantized too, the
+matmuls of `nvllm.ops.moe_fp8_triton` run between the sort and the sum).
 All four kernels are launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
 after the layer's experts are: every one of them reads what the kernel before it wrote, so each waits first.
-The row tile is chosen by the mean number of pairs per expert: decode batches leave most experts a few rows,
-prefill gives them many. The rest of each matmul's launch shape (columns and reduction slice per program,
-warps, pipeline depth) comes from `TILE_CONFIGS` by the same mean, finer banded
-(`experiments/kernels/moe_tile_sweep.py` measures it)."""
+The row tile and the rest of each matmul's launch shape come from `nvllm.ops.moe_tiles` by the mean number
+of pairs per expert."""
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
+from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
+from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, row_tile
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
-
-
-def row_tile(num_pairs: int, num_experts: int) -> int:
-    """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts."""
-    per_expert = num_pairs / num_experts
-    return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
-
-
-@dataclass(frozen=True)
-class GroupedMatmulConfig:
-    """A grouped matmul's launch shape besides its row tile: output columns and reduction slice per
-    program, warps per program, software-pipeline depth."""
-
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
-# (most pairs per expert, gate/up's config, down's config) by band of the mean pairs per expert; the bands
-# split `row_tile`'s, so that a band has one row tile; the last has no upper end. Each the fastest of the
-# sweep's grid on Qwen3-30B-A3B's layer on an H200 (experiments/results/2026-12-02-h200-moe-tiles.md).
-TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
-    (0.5, GroupedMatmulConfig(32, 128, 2, 4), GroupedMatmulConfig(32, 128, 2, 3)),
-    (2, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 2, 3)),
-    (16, GroupedMatmulConfig(64, 128, 2, 2), GroupedMatmulConfig(64, 128, 2, 4)),
-    (64, GroupedMatmulConfig(128, 64, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
-    (math.inf, GroupedMatmulConfig(128, 64, 8, 5), GroupedMatmulConfig(128, 64, 4, 3)),
-)
-
-
-# fp8 experts' launch shapes, by the same bands: a tile of fp8 weight is half the bytes, and converting it
-# adds to the loop's instructions. Swept with the conversion by moving bits (`moe_tile_sweep --fp8
-# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md).
-FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
-    (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
-    (2, GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
-    (16, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
-    (64, GroupedMatmulConfig(128, 128, 4, 2), GroupedMatmulConfig(128, 128, 4, 3)),
-    (math.inf, GroupedMatmulConfig(128, 64, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
-)
-
-
-def config_band(num_pairs: int, num_experts: int) -> int:
-    """The index in `TILE_CONFIGS` of the band of `num_pairs` pairs over `num_experts` experts."""
-    per_expert = num_pairs / num_experts
-    return next(band for band, (most, _, _) in enumerate(TILE_CONFIGS) if per_expert <= most)
-
-
-def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = False) -> GroupedMatmulConfig:
-    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
-    `num_experts` experts (`fp8`: experts stored in fp8)."""
-    _, gate_up, down = (FP8_TILE_CONFIGS if fp8 else TILE_CONFIGS)[config_band(num_pairs, num_experts)]
-    return gate_up if gated else down
 
 
 @triton.jit
@@ -399,12 +343,26 @@ def aligned_experts(
     """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
     layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`), with
     `quantize_activations` on fp8 activations (`nvllm.ops.moe_fp8_triton`)."""
-    if quantize_activations:
-        from nvllm.ops.moe_fp8_triton import aligned_fp8_activation_experts  # it builds on this module
+    pair_outputs = fp8_activation_pair_outputs if quantize_activations else bf16_activation_pair_outputs
+    weighted = pair_outputs(
+        x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
+    )
+    return sum_pairs(weighted, topk_weights.shape[1], x.dtype)
 
-        return aligned_fp8_activation_experts(
-            x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
-        )
+
+def bf16_activation_pair_outputs(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    topk_weights: torch.Tensor,
+    sorted_pairs: torch.Tensor,
+    tile_expert: torch.Tensor,
+    block_m: int,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Each (token, choice) pair's output of the experts on `x` as it is (bf16 and fp8 experts alike), times
+    its routing weight, fp32 `[pairs, H]`."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
@@ -438,4 +396,4 @@ def aligned_experts(
         config=down_config,
         w_scale=down_scale,
     )
-    return sum_pairs(weighted, top_k, x.dtype)
+    return weighted

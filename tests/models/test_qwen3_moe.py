@@ -179,7 +179,8 @@ def test_tiles_are_padded_per_expert_and_know_their_expert():
     run_in_interpreter(
         """
 import torch
-from nvllm.ops.moe_triton import align_by_expert, row_tile
+from nvllm.ops.moe_tiles import row_tile
+from nvllm.ops.moe_triton import align_by_expert
 # pairs t * 2 + j: expert 0 has pairs 1 and 4, expert 1 pair 3, expert 3 pairs 0, 2 and 5
 ids = torch.tensor([[3, 0], [3, 1], [0, 3]])
 sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)

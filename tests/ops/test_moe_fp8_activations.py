@@ -71,8 +71,10 @@ def test_the_grouped_fp8_matmuls_at_each_launch_shape_equal_the_torch_reference(
 import torch
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops import moe_fp8_triton
-from nvllm.ops.moe_fp8_triton import FP8_ACTIVATION_TILE_CONFIGS, grouped_fp8_matmul
-from nvllm.ops.moe_ops import FP8_INTERMEDIATE_GROUP, experts_reference
+from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
+from nvllm.ops.moe_tiles import FP8_ACTIVATION_TILE_CONFIGS
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
 from nvllm.ops.moe_route_triton import routed_experts
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs

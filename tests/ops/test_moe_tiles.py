@@ -4,8 +4,6 @@ choosing from `TILE_CONFIGS` by the band of the mean pairs per expert."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers.triton_interpreter import run_in_interpreter
 
 
@@ -14,7 +12,8 @@ def test_the_grouped_matmuls_at_each_launch_shape_equal_the_torch_reference():
         """
 import torch
 from nvllm.ops.moe_ops import experts_reference
-from nvllm.ops.moe_triton import GroupedMatmulConfig, align_by_expert, grouped_matmul
+from nvllm.ops.moe_tiles import GroupedMatmulConfig
+from nvllm.ops.moe_triton import align_by_expert, grouped_matmul
 generator = torch.Generator().manual_seed(0)
 # hidden and intermediate sizes off every block size (multiples of 16, as tensor-core tiles need), so that
 # both matmuls' column and reduction masks are exercised
@@ -42,16 +41,15 @@ for block_m, *launch in shapes:
 
 
 def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
-    pytest.importorskip("triton")
-    from nvllm.ops import moe_triton
-    from nvllm.ops.moe_triton import GroupedMatmulConfig, matmul_config
+    from nvllm.ops import moe_tiles
+    from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config
 
     # a table whose entries all differ: band b's gate/up config has b + 2 stages, its down config b + 7
     table = tuple(
         (most, GroupedMatmulConfig(16, 64, 4, band + 2), GroupedMatmulConfig(32, 128, 8, band + 7))
         for band, most in enumerate((0.5, 2, 16, 64, float("inf")))
     )
-    monkeypatch.setattr(moe_triton, "TILE_CONFIGS", table)
+    monkeypatch.setattr(moe_tiles, "TILE_CONFIGS", table)
     # 128 experts: (pairs, band); each band's upper end is its own (a token's 8 pairs are 1/16 a expert)
     expected = [(8, 0), (64, 0), (65, 1), (256, 1), (257, 2), (2048, 2), (2049, 3), (8192, 3), (8193, 4)]
     for pairs, band in expected:

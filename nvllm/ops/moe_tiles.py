@@ -1,0 +1,90 @@
+"""The launch shapes of the MoE grouped matmuls (`nvllm.ops.moe_triton`, `nvllm.ops.moe_fp8_triton`): the row
+tile, chosen by the mean number of (token, expert) pairs per expert (decode batches leave most experts a few
+rows, prefill gives them many), and the rest of each matmul's launch shape (columns and reduction slice per
+program, warps, pipeline depth) from a table by the same mean, finer banded, one table per kind of operands
+(`experiments/kernels/moe_tile_sweep.py` measures them). Plain Python: the engine's config checks read it
+without Triton."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def row_tile(num_pairs: int, num_experts: int) -> int:
+    """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts."""
+    per_expert = num_pairs / num_experts
+    return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
+
+
+@dataclass(frozen=True)
+class GroupedMatmulConfig:
+    """A grouped matmul's launch shape besides its row tile: output columns and reduction slice per
+    program, warps per program, software-pipeline depth."""
+
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# (most pairs per expert, gate/up's config, down's config) by band of the mean pairs per expert; the bands
+# split `row_tile`'s, so that a band has one row tile; the last has no upper end. Each the fastest of the
+# sweep's grid on Qwen3-30B-A3B's layer on an H200 (experiments/results/2026-12-02-h200-moe-tiles.md).
+TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(32, 128, 2, 4), GroupedMatmulConfig(32, 128, 2, 3)),
+    (2, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 2, 3)),
+    (16, GroupedMatmulConfig(64, 128, 2, 2), GroupedMatmulConfig(64, 128, 2, 4)),
+    (64, GroupedMatmulConfig(128, 64, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (math.inf, GroupedMatmulConfig(128, 64, 8, 5), GroupedMatmulConfig(128, 64, 4, 3)),
+)
+
+
+# fp8 experts' launch shapes, by the same bands: a tile of fp8 weight is half the bytes, and converting it
+# adds to the loop's instructions. Swept with the conversion by moving bits (`moe_tile_sweep --fp8
+# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md).
+FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
+    (2, GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (16, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (64, GroupedMatmulConfig(128, 128, 4, 2), GroupedMatmulConfig(128, 128, 4, 3)),
+    (math.inf, GroupedMatmulConfig(128, 64, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
+)
+
+
+def config_band(num_pairs: int, num_experts: int) -> int:
+    """The index in `TILE_CONFIGS` of the band of `num_pairs` pairs over `num_experts` experts."""
+    per_expert = num_pairs / num_experts
+    return next(band for band, (most, _, _) in enumerate(TILE_CONFIGS) if per_expert <= most)
+
+
+def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = False) -> GroupedMatmulConfig:
+    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
+    `num_experts` experts (`fp8`: experts stored in fp8)."""
+    _, gate_up, down = (FP8_TILE_CONFIGS if fp8 else TILE_CONFIGS)[config_band(num_pairs, num_experts)]
+    return gate_up if gated else down
+
+
+# fp8 experts multiplying quantized activations (`model.moe_fp8_activations`): each expert's intermediate
+# activations are quantized in groups of this many columns, a scale each. It is the gate/up kernel's tile of
+# intermediate columns, whose epilogue quantizes it (`nvllm.ops.moe_fp8_triton`).
+FP8_INTERMEDIATE_GROUP = 64
+
+# (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
+# block_n is `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes one group of the intermediate), the down
+# kernel's block_k the same (it scales one group a step). Not yet swept on a GPU: the widest reduction slice
+# that keeps three or four tiles in flight, 8 warps where a program's two accumulators would not fit 4.
+FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
+    (math.inf, GroupedMatmulConfig(64, 128, 8, 3), GroupedMatmulConfig(128, 64, 8, 3)),
+)
+
+
+def fp8_activation_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
+    """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
+    `num_experts` experts."""
+    _, gate_up, down = FP8_ACTIVATION_TILE_CONFIGS[config_band(num_pairs, num_experts)]
+    return gate_up if gated else down
