@@ -39,11 +39,12 @@ class ModelConfig:
     # Off by default: level at a single stream now that the MoE kernels are chained (PDL), slower at batches
     # of 64 tokens and more, prefills most
     moe_routing_kernel: bool = False
-    # fp8 experts (`quantization=fp8`) multiplying fp8 activations on the fp8 tensor cores: each expert's
-    # input quantized a scale per token and its intermediate activations a scale per 64 columns
-    # (nvllm.ops.moe_fp8_triton); off: bf16 activations times the fp8 weights converted to bf16. Off by
-    # default: it changes the model's outputs and has not yet been timed on a GPU
-    moe_fp8_activations: bool = False
+    # fp8 weights (`quantization=fp8`) multiplying activations quantized to fp8 at every batch size, on the
+    # fp8 tensor cores: a MoE's experts (the input a scale per token, the intermediate a scale per 64
+    # columns; nvllm.ops.moe_fp8_triton) and dense batches of at most 16 rows (a scale per token, as larger
+    # batches quantize theirs anyway); off: those multiply bf16 activations by the fp8 weights converted to
+    # bf16. Off by default: it changes the model's outputs and has not yet been timed on a GPU
+    fp8_activations: bool = False
     architecture: str = "Qwen3ForCausalLM"
     vocab_size: int = 151936
     hidden_size: int = 1024

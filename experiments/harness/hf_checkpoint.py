@@ -25,7 +25,7 @@ ENGINE_FIELDS = (
     "quantization",
     "fp8_move_bits",
     "moe_routing_kernel",
-    "moe_fp8_activations",
+    "fp8_activations",
     "architecture",
 )
 

@@ -16,7 +16,7 @@ def add_fp8_arguments(parser: argparse.ArgumentParser, weights: str, activations
     parser.add_argument("--fp8", action="store_true", help=f"{weights} in fp8 with a scale per row")
     parser.add_argument("--move-bits", action="store_true", help="with --fp8: convert by moving bits")
     if activations:
-        help = "with --fp8: the experts multiply fp8 activations (model.moe_fp8_activations)"
+        help = "with --fp8: the experts multiply fp8 activations (model.fp8_activations)"
         parser.add_argument("--fp8-activations", action="store_true", help=help)
 
 

@@ -1,7 +1,7 @@
 """The matmul kernels that read weights, compiled for Hopper (sm_90) with no GPU, over bf16 and fp8 weights:
 the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes
 and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
-fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.moe_fp8_activations`), whose operands are both e4m3 on
+fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.fp8_activations`), whose operands are both e4m3 on
 the fp8 tensor cores. Per kernel, the
 main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
 gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by

@@ -9,7 +9,7 @@ other's: a near-tie is a small gap). Over the shared tokens: how far the other's
 token is from the reference's. Also the weights' memory of each engine.
 
 `--fp8-activations` adds a fourth engine for a mixture-of-experts model: fp8 weights whose experts multiply
-fp8 activations (`model.moe_fp8_activations`), against float32 and against fp8 weights alone.
+fp8 activations (`model.fp8_activations`), against float32 and against fp8 weights alone.
 
 `python -m experiments.studies.fp8_accuracy [--model qwen3-0.6b] [--prompts 32] [--prompt-len 128] [--new
 256] [--dtype bfloat16] [--fp8-activations]`
@@ -69,7 +69,7 @@ ENGINES = {
 }
 PAIRS = (("float32", "dtype"), ("float32", "fp8"), ("dtype", "fp8"))  # (reference, other)
 # with --fp8-activations
-FP8_ACTIVATIONS = {"fp8 activations": dict(model__quantization="fp8", model__moe_fp8_activations=True)}
+FP8_ACTIVATIONS = {"fp8 activations": dict(model__quantization="fp8", model__fp8_activations=True)}
 FP8_ACTIVATION_PAIRS = (("float32", "fp8 activations"), ("fp8", "fp8 activations"))
 
 

@@ -1,6 +1,6 @@
 """How far one mixture-of-experts layer of Qwen3-30B-A3B's shape (hidden 2048, 128 experts of 768, 8 a
 token) moves from float32 with its experts in bf16, in fp8 (`model.quantization=fp8`: bf16 activations),
-and in fp8 on fp8 activations (`model.moe_fp8_activations`): the torch reference
+and in fp8 on fp8 activations (`model.fp8_activations`): the torch reference
 (`nvllm.ops.moe_ops.experts_reference`) on random weights and gaussian hidden states, with and without a
 few outlier channels (as trained models' hidden states have), on the CPU. Printed: each one's largest
 per-token relative L2 error to float32.

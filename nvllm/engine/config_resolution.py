@@ -119,9 +119,9 @@ def validate(config: EngineConfig) -> None:
     if model.quantization not in QUANTIZATIONS:
         choices = ", ".join(QUANTIZATIONS)
         problems.append(f"model.quantization={model.quantization!r} must be one of {choices}")
-    if model.moe_fp8_activations and model.quantization != "fp8":
+    if model.fp8_activations and model.quantization != "fp8":
         problems.append(
-            "model.moe_fp8_activations=true quantizes the activations of fp8 experts: "
+            "model.fp8_activations=true quantizes the activations of fp8 weights: "
             "it needs model.quantization=fp8"
         )
     if model.revision is not None and model.path is None:

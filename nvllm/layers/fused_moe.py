@@ -9,9 +9,9 @@ every rank (so they agree on the experts), and the partial outputs are summed by
 With `quantization="fp8"` the experts are stored in float8 with a scale per output row of each expert, as the
 dense layers' weights (`nvllm.ops.fp8`): a row's scale is taken over the whole checkpoint row before this
 rank's slice is cut, so TP=N holds exactly the slices of the TP=1 experts. With `fp8_activations`
-(`model.moe_fp8_activations`) the experts multiply activations quantized to fp8 too
-(`nvllm.ops.moe_fp8_triton`); TP=N quantizes them as TP=1 does where each rank's slice of the intermediate
-is a whole number of its groups (`nvllm.ops.moe_ops.FP8_INTERMEDIATE_GROUP`). The router stays in the model's
+(`model.fp8_activations`) the experts multiply activations quantized to fp8 too
+(`nvllm.ops.moe_fp8_triton`); TP=N quantizes the intermediate as TP=1 does where each rank's slice of it is
+a whole number of its groups (`nvllm.ops.moe_tiles.FP8_INTERMEDIATE_GROUP`). The router stays in the model's
 dtype: its weight is a sliver of a layer's (128 x 2048 against 128 experts of 3 x 768 x 2048 in
 Qwen3-30B-A3B), and its choices decide which experts run.
 
@@ -116,7 +116,7 @@ class FusedMoE(nn.Module):
     ):
         super().__init__()
         if fp8_activations and quantization != "fp8":
-            raise ValueError("fp8 activations (moe_fp8_activations) need fp8 experts (quantization=fp8)")
+            raise ValueError("fp8 activations need fp8 experts (quantization=fp8)")
         self.top_k, self.renormalize, self.routing_kernel = top_k, renormalize, routing_kernel
         self.fp8_activations = fp8_activations
         self.gate = Router(hidden_size, num_experts)

@@ -9,7 +9,9 @@ a parameter would make a reference cycle, and the weights would outlive `shutdow
 With `quantization="fp8"` a layer holds its weight in float8 with a scale per output channel (the buffer
 `weight_scale`, `nvllm.ops.fp8`). The loader quantizes the whole checkpoint tensor, then takes this rank's
 slice of both, so TP=N holds exactly the slices of the TP=1 fp8 weights, whose matmuls
-`nvllm.ops.fp8_linear_ops` runs.
+`nvllm.ops.fp8_linear_ops` runs; with `fp8_activations` (`model.fp8_activations`) on activations quantized
+at every batch size. A row-parallel layer's input is quantized a scale per token of each rank's slice (as
+larger batches' always are, and as vLLM's are), so under TP its rounding differs from TP=1's.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ class _Linear(nn.Module):
     """A weight `[output_size, input_size]` (this rank's slice), in the default dtype or, quantized, in fp8
     with its scales; `load_slice` copies a checkpoint tensor in."""
 
-    def __init__(self, output_size: int, input_size: int, quantization: str):
+    def __init__(self, output_size: int, input_size: int, quantization: str, fp8_activations: bool = False):
         super().__init__()
         assert quantization in QUANTIZATIONS, f"quantization={quantization!r}"
+        assert not fp8_activations or quantization == "fp8", "fp8 activations need fp8 weights"
+        self.fp8_activations = fp8_activations
         dtype = FP8 if quantization == "fp8" else None
         self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
         scale = torch.empty(output_size, dtype=torch.float32) if quantization == "fp8" else None
@@ -62,15 +66,22 @@ class _Linear(nn.Module):
         """`x Wᵀ + bias` with this rank's weight, fp8 or not."""
         if self.weight_scale is None:
             return apply_linear(x, self.weight, bias)
-        return apply_fp8_linear(x, self.weight, self.weight_scale, bias)
+        return apply_fp8_linear(x, self.weight, self.weight_scale, bias, self.fp8_activations)
 
 
 class ColumnParallelLinear(_Linear):
     """y = x Wᵀ with W split by output rows: each rank produces its slice of y."""
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False, quantization: str = "none"):
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = False,
+        quantization: str = "none",
+        fp8_activations: bool = False,
+    ):
         assert output_size % tp_size() == 0, f"{output_size} outputs do not split over {tp_size()} ranks"
-        super().__init__(output_size // tp_size(), input_size, quantization)
+        super().__init__(output_size // tp_size(), input_size, quantization, fp8_activations)
         self.bias = None
         if bias:
             self.bias = nn.Parameter(torch.empty(output_size // tp_size()), requires_grad=False)
@@ -86,10 +97,15 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several column-parallel matrices packed into one matmul (gate and up of the MLP)."""
 
     def __init__(
-        self, input_size: int, output_sizes: list[int], bias: bool = False, quantization: str = "none"
+        self,
+        input_size: int,
+        output_sizes: list[int],
+        bias: bool = False,
+        quantization: str = "none",
+        fp8_activations: bool = False,
     ):
         self.output_sizes = output_sizes
-        super().__init__(input_size, sum(output_sizes), bias, quantization)
+        super().__init__(input_size, sum(output_sizes), bias, quantization, fp8_activations)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: int) -> None:
         local_sizes = [size // tp_size() for size in self.output_sizes]
@@ -101,13 +117,19 @@ class GateUpSiluParallelLinear(MergedColumnParallelLinear):
     slice of both (so the activation needs nothing from the other ranks), the matmul and the activation as
     one op."""
 
-    def __init__(self, input_size: int, intermediate_size: int, quantization: str = "none"):
-        super().__init__(input_size, [intermediate_size] * 2, quantization=quantization)
+    def __init__(
+        self,
+        input_size: int,
+        intermediate_size: int,
+        quantization: str = "none",
+        fp8_activations: bool = False,
+    ):
+        super().__init__(input_size, [intermediate_size] * 2, False, quantization, fp8_activations)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight_scale is None:
             return apply_linear_silu_mul(x, self.weight)
-        return apply_fp8_linear_silu_mul(x, self.weight, self.weight_scale)
+        return apply_fp8_linear_silu_mul(x, self.weight, self.weight_scale, self.fp8_activations)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -121,13 +143,15 @@ class QKVParallelLinear(ColumnParallelLinear):
         num_kv_heads: int,
         bias: bool = False,
         quantization: str = "none",
+        fp8_activations: bool = False,
     ):
         self.local_sizes = {
             "q": num_heads // tp_size() * head_dim,
             "k": num_kv_heads // tp_size() * head_dim,
             "v": num_kv_heads // tp_size() * head_dim,
         }
-        super().__init__(hidden_size, (num_heads + 2 * num_kv_heads) * head_dim, bias, quantization)
+        outputs = (num_heads + 2 * num_kv_heads) * head_dim
+        super().__init__(hidden_size, outputs, bias, quantization, fp8_activations)
 
     def weight_loader(self, param: nn.Parameter, full: torch.Tensor, shard_id: str) -> None:
         offset = {"q": 0, "k": self.local_sizes["q"], "v": self.local_sizes["q"] + self.local_sizes["k"]}
@@ -137,9 +161,16 @@ class QKVParallelLinear(ColumnParallelLinear):
 class RowParallelLinear(_Linear):
     """y = x Wᵀ with W split by input columns: each rank adds its partial product (an all-reduce)."""
 
-    def __init__(self, input_size: int, output_size: int, bias: bool = False, quantization: str = "none"):
+    def __init__(
+        self,
+        input_size: int,
+        output_size: int,
+        bias: bool = False,
+        quantization: str = "none",
+        fp8_activations: bool = False,
+    ):
         assert input_size % tp_size() == 0, f"{input_size} inputs do not split over {tp_size()} ranks"
-        super().__init__(output_size, input_size // tp_size(), quantization)
+        super().__init__(output_size, input_size // tp_size(), quantization, fp8_activations)
         self.bias = None
         if bias:  # added once, after the reduction
             self.bias = nn.Parameter(torch.empty(output_size), requires_grad=False)

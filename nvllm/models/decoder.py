@@ -46,12 +46,14 @@ class DecoderAttention(nn.Module):
             config.num_key_value_heads,
             bias=shape.qkv_bias,
             quantization=config.quantization,
+            fp8_activations=config.fp8_activations,
         )
         self.o_proj = RowParallelLinear(
             config.num_attention_heads * config.head_dim,
             config.hidden_size,
             bias=shape.o_bias,
             quantization=config.quantization,
+            fp8_activations=config.fp8_activations,
         )
         self.q_norm = self.k_norm = None
         if shape.qk_norm:
@@ -76,12 +78,11 @@ class GatedMLP(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
+        quantized = dict(quantization=config.quantization, fp8_activations=config.fp8_activations)
         self.gate_up_proj = GateUpSiluParallelLinear(
-            config.hidden_size, config.intermediate_size, config.quantization
+            config.hidden_size, config.intermediate_size, **quantized
         )
-        self.down_proj = RowParallelLinear(
-            config.intermediate_size, config.hidden_size, quantization=config.quantization
-        )
+        self.down_proj = RowParallelLinear(config.intermediate_size, config.hidden_size, **quantized)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj(x))
@@ -95,8 +96,9 @@ class DecoderLayer(nn.Module):
         self.mlp_routes_tokens = isinstance(mlp, FusedMoE)  # it is told the step's padding tokens
         # fp8 matmuls quantize their activations: the norms before them leave that to inductor to fuse
         fuse_norms = config.quantization == "fp8"
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fuse_norms)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fuse_norms)
+        norm = dict(fuse_in_graph=fuse_norms, small_batches_quantize=config.fp8_activations)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **norm)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **norm)
 
     def forward(self, positions, hidden_states, residual, meta: AttentionMetadata):
         hidden_states, residual = self.input_layernorm(hidden_states, residual)

@@ -65,7 +65,7 @@ class Qwen3MoeForCausalLM(Qwen3ForCausalLM):
             config.norm_topk_prob,
             routing_kernel=config.moe_routing_kernel,
             quantization=config.quantization,
-            fp8_activations=config.moe_fp8_activations,
+            fp8_activations=config.fp8_activations,
         )
 
     @staticmethod

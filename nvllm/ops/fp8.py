@@ -8,13 +8,15 @@ belongs to an output channel, so it comes out of the dot product, `x @ Wᵀ = (x
 reads the weight in fp8 and scales its result.
 
 - **A batch of at most 16 rows on CUDA (decode)** runs the skinny Triton kernel. It converts the fp8 weight
-  to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded.
+  to the activations' dtype, which e4m3 values are exactly, so only the weight was rounded. With
+  `model.fp8_activations` such batches quantize their activations too and take the larger batches' path.
 - **A larger batch on CUDA** quantizes the activations too, a scale per token (`quantize_tokens`), and runs
   on the fp8 tensor cores: `torch._scaled_mm`, or up to 256 rows (decode) nvllm's Triton kernel
   (`nvllm.ops.fp8_gemm`, where its table says it is faster). In a compiled graph the quantization is traced
   code ahead of the matmul op, which inductor fuses into the kernel that produced the activations.
 - **On the CPU** the weight is converted and the scale applied after the matmul, as the small-batch kernel
-  does.
+  does; with `model.fp8_activations`, the activations quantized as the GPU's are
+  (`scaled_mm_reference`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,14 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize_rows(x.reshape(-1, x.shape[-1]))
 
 
+def scaled_mm_reference(
+    x_q: torch.Tensor, x_scale: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """`(x_q * x_scale) @ (q * scale)ᵀ` as the fp8 tensor cores compute it: the product of the e4m3 values
+    accumulated in fp32, scaled by both, rounded once to `out_dtype`."""
+    return ((x_q.float() @ q.float().T) * x_scale[:, None] * scale).to(out_dtype)
+
+
 def scaled_mm_of_quantized(
     x_q: torch.Tensor, x_scale: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
@@ -91,9 +101,14 @@ def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> t
     return y.view(*x.shape[:-1], q.shape[0])
 
 
-def fp8_matmul(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: `torch._scaled_mm` on CUDA, the reference
-    elsewhere."""
+def fp8_matmul(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, quantize_activations: bool = False
+) -> torch.Tensor:
+    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: on CUDA `scaled_mm_linear`; elsewhere the
+    reference, on x as it is or, with `quantize_activations`, quantized as CUDA's is."""
     if x.is_cuda:
         return scaled_mm_linear(x, q, scale)
+    if quantize_activations:
+        y = scaled_mm_reference(*quantize_tokens(x), q, scale, x.dtype)
+        return y.view(*x.shape[:-1], q.shape[0])
     return fp8_linear_reference(x, q, scale)

@@ -1,4 +1,4 @@
-"""fp8 experts multiplying fp8 activations on the fp8 tensor cores (`model.moe_fp8_activations`): the grouped
+"""fp8 experts multiplying fp8 activations on the fp8 tensor cores (`model.fp8_activations`): the grouped
 matmuls of `nvllm.ops.moe_triton` with nothing converted in their loops.
 
 `nvllm.ops.moe_triton` multiplies bf16 activations by fp8 weights, so every weight element it reads is

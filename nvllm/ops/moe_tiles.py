@@ -65,7 +65,7 @@ def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = Fal
     return gate_up if gated else down
 
 
-# fp8 experts multiplying quantized activations (`model.moe_fp8_activations`): each expert's intermediate
+# fp8 experts multiplying quantized activations (`model.fp8_activations`): each expert's intermediate
 # activations are quantized in groups of this many columns, a scale each. It is the gate/up kernel's tile of
 # intermediate columns, whose epilogue quantizes it (`nvllm.ops.moe_fp8_triton`).
 FP8_INTERMEDIATE_GROUP = 64

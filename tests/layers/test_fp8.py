@@ -12,6 +12,7 @@ from nvllm import LLM
 from nvllm.ops.fp8 import FP8, FP8_MAX, dequantized, quantize_rows
 from nvllm.ops.fp8_linear_ops import apply_fp8_linear, apply_fp8_linear_silu_mul
 from tests.helpers.engine_utils import TINY_VOCAB_SIZE, random_prompt, tiny_llm
+from tests.helpers.fp8_oracle import quantize_inputs_per_token
 from tests.helpers.parallel_oracle import prefill_logits, relative_error
 
 PROMPTS = [[9707, 11, 1879, 0], list(range(1000, 1023)), [151644, 872, 198, 3838, 374, 220, 17, 10]]
@@ -52,6 +53,30 @@ def test_engine_matches_transformers_holding_the_dequantized_weights(tiny_checkp
             reference = hf(torch.tensor([prompt])).logits[0, -1]
             torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
             assert (row - unquantized).abs().max() > 1e-2  # the weights were quantized
+
+
+def test_fp8_activations_match_transformers_quantizing_each_matmuls_input(tiny_checkpoint):
+    """`model.fp8_activations`: every matmul of the decoder's fp8 weights on its input quantized a scale per
+    token, whatever the batch's size (eager on the CPU: the torch reference's)."""
+    hf = Qwen3ForCausalLM.from_pretrained(str(tiny_checkpoint), dtype=torch.float32).eval()
+    for module in hf.model.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.weight.data = dequantized(*quantize_rows(module.weight.data), torch.float32)
+    with torch.no_grad():
+        weights_only = [hf(torch.tensor([p])).logits[0, -1] for p in PROMPTS]
+        quantize_inputs_per_token(hf.model.layers)
+        expected = [hf(torch.tensor([p])).logits[0, -1] for p in PROMPTS]
+    settings = dict(enforce_eager=True, kvcache_block_size=4, num_kvcache_blocks=64, max_model_len=64)
+    with LLM(str(tiny_checkpoint), model__quantization="fp8", model__fp8_activations=True, **settings) as llm:
+        ours = prefill_logits(llm, PROMPTS)
+    for row, reference, other in zip(ours, expected, weights_only):
+        torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
+        assert (row - other).abs().max() > 1e-3  # the activations were quantized
+
+
+def test_fp8_activations_need_fp8_weights():
+    with pytest.raises(ValueError, match="model.fp8_activations=true quantizes the activations of fp8"):
+        tiny_llm(model__fp8_activations=True)
 
 
 def test_tp2_computes_what_tp1_does_with_fp8_weights():
@@ -123,6 +148,40 @@ def test_small_batches_trace_a_graph_of_the_skinny_kernels_ops_without_quantizat
     assert large.count(torch.ops.nvllm.scaled_mm.default) == 2
 
 
+def test_with_fp8_activations_every_batch_traces_one_graph_of_the_quantized_op(monkeypatch):
+    """`quantize_activations` (`model.fp8_activations`): small batches quantize theirs too, so no batch takes
+    the skinny kernel's ops and one graph serves every size (the CUDA rule patched in on the CPU, as above);
+    compiled equals eager, which runs the quantized path's reference."""
+    from nvllm.ops import fp8_linear_ops
+    from nvllm.ops.fp8 import quantize_tokens, scaled_mm_reference
+
+    monkeypatch.setattr(fp8_linear_ops, "uses_skinny_matmul", lambda x: x.shape[0] <= 16)
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(32, 16))
+    gate_up_q, gate_up_scale = quantize_rows(torch.randn(64, 16))
+    graphs = []
+
+    def record_ops(graph_module, example_inputs):
+        graphs.append([node.target for node in graph_module.graph.nodes if node.op.startswith("call_")])
+        return graph_module.forward
+
+    def layer(x):
+        return (
+            apply_fp8_linear(x, q, scale, None, True),
+            apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale, True),
+        )
+
+    compiled = torch.compile(layer, backend=record_ops, fullgraph=True, dynamic=True)
+    for rows in (5, 20, 7):
+        x = torch.randn(rows, 16)
+        ours, eager = compiled(x), layer(x)
+        assert all(torch.equal(a, b) for a, b in zip(ours, eager))
+        torch.testing.assert_close(ours[0], scaled_mm_reference(*quantize_tokens(x), q, scale, x.dtype))
+    (graph,) = graphs  # no guard on the row count
+    assert graph.count(torch.ops.nvllm.scaled_mm.default) == 2 and "amax" in graph
+    assert not {torch.ops.nvllm.linear.default, torch.ops.nvllm.linear_silu_mul.default} & set(graph)
+
+
 def test_scaled_mm_path_quantizes_the_activations_per_token_and_scales_back():
     """What CUDA batches of more than 16 rows run, on the CPU where torch has it: within e4m3's rounding of
     the activations (3 mantissa bits) of the fp32 product, rows of very different magnitudes alike."""
@@ -186,6 +245,31 @@ def test_fp8_matmuls_on_the_gpu_against_fp32(rows, gated, compiled):
             ours = scaled_mm(x, *quantize_tokens(x), q, scale).float()
     relative = ((ours - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
     assert relative < (2**-7 if rows <= 16 else 2**-4), relative
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 100])
+@pytest.mark.parametrize("gated", [False, True])
+def test_fp8_activations_on_the_gpu_equal_the_quantized_reference(rows, gated):
+    """`quantize_activations` (`model.fp8_activations`), compiled: every batch, small ones too, multiplies
+    activations quantized a scale per token on the fp8 tensor cores; against the reference of the same
+    quantization, they differ by the order of fp32 sums and the output's bf16 rounding."""
+    from nvllm.ops.fp8 import quantize_tokens, scaled_mm_reference
+
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(2 * 1536 if gated else 1024, 2048, device="cuda"))
+    x = torch.randn(rows, 2048, device="cuda", dtype=torch.bfloat16)
+    product = scaled_mm_reference(*quantize_tokens(x), q, scale, torch.float32)
+    if gated:
+        gate, up = product.chunk(2, -1)
+        gate, up = gate.bfloat16().float(), up.bfloat16().float()  # as the matmul rounds its output
+        exact = torch.nn.functional.silu(gate) * up
+        function = apply_fp8_linear_silu_mul
+    else:
+        exact, function = product, apply_fp8_linear
+    ours = torch.compile(function, fullgraph=True, dynamic=True)(x, q, scale, quantize_activations=True)
+    relative = ((ours.float() - exact).norm(dim=-1) / exact.norm(dim=-1)).max().item()
+    assert relative < 2**-7, relative
 
 
 @pytest.mark.gpu

@@ -29,6 +29,7 @@ from nvllm.ops.moe_routing import padding_follows_first, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint
+from tests.helpers.fp8_oracle import quantize_inputs_per_token
 from tests.helpers.parallel_oracle import prefill_logits
 from tests.helpers.transformers_parity import assert_greedy_equals_transformers
 from tests.helpers.triton_interpreter import run_in_interpreter
@@ -63,7 +64,7 @@ def test_the_compiled_model_matches_eager_without_graph_breaks(
         max_num_batched_tokens=32,
         max_model_len=128,
         model__quantization=quantization,
-        model__moe_fp8_activations=fp8_activations,
+        model__fp8_activations=fp8_activations,
     )
     with LLM(str(moe_checkpoint), enforce_eager=True, **settings) as eager:
         expected = [o.outputs[0].token_ids for o in eager.generate(prompts, staggered, use_tqdm=False)]
@@ -303,36 +304,26 @@ def reference_experts_on_fp8_activations(hf: torch.nn.Module) -> None:
 
 
 def test_fp8_activations_compute_what_transformers_does_with_the_reference_experts(moe_checkpoint):
-    """`model.moe_fp8_activations`: the engine's sparse layers on fp8 activations, and nothing else changed
-    (its attention projections and dense layer fp8 weights as before)."""
+    """`model.fp8_activations`: the engine's sparse layers on fp8 activations (the reference experts), its
+    attention projections and dense layer on inputs quantized a scale per token, the router as before."""
     hf = transformers.Qwen3MoeForCausalLM.from_pretrained(str(moe_checkpoint), dtype=torch.float32).eval()
     with torch.no_grad():
         reference_experts_on_fp8_activations(hf)
         dequantize_like_the_engine(hf)
+        quantize_inputs_per_token(hf.model.layers, skip=("mlp.gate",))
         expected = [hf(torch.tensor([p])).logits[0, -1] for p in FP8_PROMPTS]
     with LLM(str(moe_checkpoint), enforce_eager=True, **FP8_SETTINGS) as llm:
         weights_only = prefill_logits(llm, FP8_PROMPTS)
-    with LLM(str(moe_checkpoint), enforce_eager=True, model__moe_fp8_activations=True, **FP8_SETTINGS) as llm:
+    with LLM(str(moe_checkpoint), enforce_eager=True, model__fp8_activations=True, **FP8_SETTINGS) as llm:
         ours = prefill_logits(llm, FP8_PROMPTS)
     for row, reference, other in zip(ours, expected, weights_only):
         torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
         assert (row - other).abs().max() > 1e-3  # the activations were quantized
 
 
-def test_fp8_activations_need_fp8_experts(moe_checkpoint):
+def test_fp8_activations_need_fp8_weights(moe_checkpoint):
     with pytest.raises(ValueError, match=re.escape("it needs model.quantization=fp8")):
-        LLM(str(moe_checkpoint), enforce_eager=True, model__moe_fp8_activations=True)
-
-
-def test_tp2_computes_what_tp1_does_with_fp8_activations(tmp_path):
-    """Each rank's slice of an expert's intermediate (64 of 128 columns) a whole group: the groups, and so
-    the quantized activations, are TP=1's."""
-    checkpoint = write_family_checkpoint(tmp_path, "qwen3_moe", moe_intermediate_size=128)
-    settings = dict(model__moe_fp8_activations=True, **FP8_SETTINGS)
-    with LLM(str(checkpoint), enforce_eager=True, **settings) as llm:
-        expected = prefill_logits(llm, FP8_PROMPTS)
-    with LLM(str(checkpoint), enforce_eager=True, tensor_parallel_size=2, **settings) as llm:
-        torch.testing.assert_close(prefill_logits(llm, FP8_PROMPTS), expected, rtol=1e-4, atol=1e-4)
+        LLM(str(moe_checkpoint), enforce_eager=True, model__fp8_activations=True)
 
 
 def test_tp2_computes_what_tp1_does_with_fp8_experts(moe_checkpoint):

@@ -70,7 +70,7 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
 
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
 def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
-    """fp8 experts on fp8 activations (`model.moe_fp8_activations`) against the torch reference of the same
+    """fp8 experts on fp8 activations (`model.fp8_activations`) against the torch reference of the same
     quantization. They differ by the order of fp32 sums (and the fp8 MMA's accumulation), and by the
     elements of the intermediate whose e4m3 rounding that flips: far less than the activations'
     quantization itself moves the result (the same experts on bf16 activations)."""

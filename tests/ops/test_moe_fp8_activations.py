@@ -1,4 +1,4 @@
-"""fp8 experts on fp8 activations (`model.moe_fp8_activations`, `nvllm.ops.moe_fp8_triton`): the rounding to
+"""fp8 experts on fp8 activations (`model.fp8_activations`, `nvllm.ops.moe_fp8_triton`): the rounding to
 e4m3 the kernels do in fp32 against torch's conversion, every e4m3 value and every tie; the activations'
 quantization kernel against `nvllm.ops.fp8.quantize_rows`; the two grouped matmuls in Triton's interpreter at
 each launch shape against the torch reference; their main loops compiled for sm_90 on the fp8 tensor cores,
