@@ -4,7 +4,14 @@ shape `gemm_config` picks for shapes without a table entry, and in the table's (
 fastest of a grid of launch shapes (what `nvllm.ops.fp8_gemm.CONFIGS` holds). Each time is one call with the
 weight read from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step.
 
-`python -m experiments.kernels.fp8_gemm_bench [--rows 32,64,128,192,256] [--no-grid]`"""
+`--small-batch` times batches of at most 16 rows instead (`--model`'s projections, Qwen3-8B's or
+Qwen3-30B-A3B's): the skinny kernel on bf16 activations and the fp8 weight (what such batches run by
+default), against `fp8_gemm_small_batch` on the quantized activations (what they run with
+`model.fp8_activations`; the quantization itself not timed) in `small_batch_config`'s launch shape and the
+fastest of `SMALL_BATCH_GRID`.
+
+`python -m experiments.kernels.fp8_gemm_bench [--rows 32,64,128,192,256] [--no-grid]`
+`python -m experiments.kernels.fp8_gemm_bench --small-batch [--model qwen3-30b-a3b] [--rows 1,16]`"""
 
 from __future__ import annotations
 
@@ -17,7 +24,16 @@ import triton
 
 from experiments.kernels.skinny_matmul_bench import SHAPES, time_us
 from nvllm.ops.fp8 import quantize_rows
-from nvllm.ops.fp8_gemm import GemmConfig, chosen_config, fp8_gemm, gemm_config
+from nvllm.ops.fp8_gemm import (
+    SMALL_BATCH_MAX_ROWS,
+    GemmConfig,
+    chosen_config,
+    fp8_gemm,
+    fp8_gemm_small_batch,
+    gemm_config,
+    small_batch_config,
+)
+from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
 GRID = [
     GemmConfig(block_m, block_n, block_k, num_warps, num_stages)
@@ -27,12 +43,53 @@ GRID = [
 ]
 
 
+SMALL_BATCH_GRID = [
+    GemmConfig(SMALL_BATCH_MAX_ROWS, block_n, block_k, 4, num_stages)
+    for block_n, block_k, num_stages in itertools.product((64, 128), (128, 256), (3, 4, 5))
+]
+# the projections whose weights are fp8 (the router and the LM head stay bf16)
+FP8_PROJECTIONS = {"qwen3-8b": SHAPES["qwen3-8b"][:4], "qwen3-30b-a3b": SHAPES["qwen3-30b-a3b"][:2]}
+
+
+def small_batches(model: str, rows: list[int]) -> None:
+    """`--small-batch`: per projection of `model` and batch, the skinny kernel against the small-batch fp8
+    GEMM, picked and fastest."""
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    torch.manual_seed(0)
+    for n, k in FP8_PROJECTIONS[model]:
+        q, scale = quantize_rows(torch.randn(n, k, device="cuda"))
+        megabytes = n * k / 1e6
+        for m in rows:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            x_q, x_scale = quantize_rows(x)
+            skinny = time_us(partial(skinny_matmul, x, q, skinny_config(n, k), weight_scale=scale))
+            run = partial(fp8_gemm_small_batch, x_q, x_scale, q, scale, torch.bfloat16)
+            picked = small_batch_config(n, k, num_sms)
+            ours = time_us(partial(run, config=picked))
+            best_us, best = min((time_us(partial(run, config=config)), config) for config in SMALL_BATCH_GRID)
+            print(
+                f"{model} {n}x{k} ({megabytes:.1f} MB) M={m}: skinny {skinny:.1f}us "
+                f"({megabytes / skinny:.2f} TB/s) | picked {tuple(picked)} {ours:.1f}us "
+                f"({megabytes / ours:.2f} TB/s) | best {tuple(best)} {best_us:.1f}us "
+                f"({megabytes / best_us:.2f} TB/s)",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="32,64,128,192,256")
+    parser.add_argument("--rows", help="batch sizes (default 32,64,128,192,256; --small-batch: 1,2,8,16)")
     parser.add_argument("--no-grid", action="store_true", help="only cuBLAS and the picked launch shape")
+    parser.add_argument("--small-batch", action="store_true", help="batches of at most 16 rows")
+    parser.add_argument("--model", choices=sorted(FP8_PROJECTIONS), default="qwen3-8b")
     arguments = parser.parse_args()
-    rows = [int(m) for m in arguments.rows.split(",")]
+    if arguments.small_batch:
+        rows = [int(m) for m in (arguments.rows or "1,2,8,16").split(",")]
+        if max(rows) > SMALL_BATCH_MAX_ROWS:
+            parser.error(f"--small-batch takes at most {SMALL_BATCH_MAX_ROWS} rows")
+        small_batches(arguments.model, rows)
+        return
+    rows = [int(m) for m in (arguments.rows or "32,64,128,192,256").split(",")]
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     torch.manual_seed(0)
     for n, k in SHAPES["qwen3-8b"][:4]:

@@ -1,6 +1,8 @@
 """`(x_q * x_scale) @ (q * scale)ᵀ` on the fp8 tensor cores as one Triton kernel: what `torch._scaled_mm`
 computes for `nvllm.ops.fp8.scaled_mm_of_quantized`, for the decode batches between the skinny kernel's 16
-rows and `MAX_ROWS`.
+rows and `MAX_ROWS`; and for batches of at most `SMALL_BATCH_MAX_ROWS` rows, which quantize their
+activations only with `model.fp8_activations`, a kernel that computes its tile transposed
+(`fp8_gemm_small_batch`).
 
 cuBLAS ran the 8B's projections at a full decode batch with 128 x 128 output tiles
 (experiments/results/2026-12-03-h200-8b-fp8-weights.md), so that a 4096-wide projection of a 256-row batch is
@@ -24,6 +26,7 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 MAX_ROWS = 256
+SMALL_BATCH_MAX_ROWS = 16  # batches up to here take `fp8_gemm_small_batch`
 # False: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's comparison; its numbers:
 # experiments/results/2026-12-03-h200-8b-fp8-gemm-on.md).
 ENABLED = True
@@ -152,6 +155,99 @@ def fp8_gemm(
         config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
     _fp8_gemm_kernel[grid](
+        x_q,
+        q,
+        out,
+        x_scale.contiguous(),
+        scale.contiguous(),
+        m,
+        n,
+        k,
+        x_q.stride(0),
+        q.stride(0),
+        out.stride(0),
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        **pdl_launch(x_q.device),
+    )
+    return out
+
+
+@triton.jit
+def _fp8_gemm_small_batch_kernel(
+    a_ptr,  # [M, K] fp8, M <= BLOCK_M
+    b_ptr,  # [N, K] fp8
+    c_ptr,  # [M, N]
+    a_scale_ptr,  # [M] fp32
+    b_scale_ptr,  # [N] fp32
+    M,
+    N,
+    K,
+    stride_am,
+    stride_bn,
+    stride_cm,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    rows = tl.arange(0, BLOCK_M)
+    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    wait_for_prior_kernel(PDL)  # the activations and their scales are the kernel's before
+    # transposed, weight rows by the batch's rows: the weight fills the fp8 MMA's 64-row operand
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        a = tl.load(
+            a_ptr + rows[:, None] * stride_am + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K), 0.0
+        )
+        b = tl.load(
+            b_ptr + columns[:, None] * stride_bn + ks[None, :],
+            (columns[:, None] < N) & (ks[None, :] < K),
+            0.0,
+        )
+        acc = tl.dot(b, tl.trans(a), acc)
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    acc *= tl.load(b_scale_ptr + columns, columns < N, 0.0)[:, None]
+    acc *= tl.load(a_scale_ptr + rows, rows < M, 0.0)[None, :]
+    out = c_ptr + rows[None, :] * stride_cm + columns[:, None]
+    tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[None, :] < M) & (columns[:, None] < N))
+
+
+def small_batch_config(n: int, k: int, num_sms: int) -> GemmConfig:
+    """`fp8_gemm_small_batch`'s launch shape for an `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
+    a program where that still leaves a program for nearly every SM, else 64 (the fp8 MMA's least); a
+    256-wide reduction slice three deep, or 128 four deep where the reduction is narrower. Not yet swept."""
+    block_n = 128 if triton.cdiv(n, 128) >= 0.9 * num_sms else 64
+    block_k, num_stages = (256, 3) if k >= 1024 else (128, 4)
+    return GemmConfig(SMALL_BATCH_MAX_ROWS, block_n, block_k, 4, num_stages)
+
+
+def fp8_gemm_small_batch(
+    x_q: torch.Tensor,
+    x_scale: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    out_dtype: torch.dtype,
+    config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """`fp8_gemm`'s product for at most `SMALL_BATCH_MAX_ROWS` rows, each program's tile computed
+    transposed (weight rows by the batch's rows), so that the weight, not the few rows, fills the fp8
+    MMA's 64-row operand. `config`: the launch shape (`block_m`: the batch's rows, padded), else
+    `small_batch_config`'s."""
+    m, k = x_q.shape
+    n = q.shape[0]
+    assert m <= SMALL_BATCH_MAX_ROWS and q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
+    assert x_scale.shape == (m,) and scale.shape == (n,)
+    out = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
+    if m == 0:
+        return out
+    config = config or small_batch_config(n, k, device_sms(x_q.device))
+    assert m <= config.block_m
+    _fp8_gemm_small_batch_kernel[(triton.cdiv(n, config.block_n),)](
         x_q,
         q,
         out,

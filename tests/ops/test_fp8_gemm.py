@@ -1,8 +1,12 @@
 """nvllm's fp8 Triton GEMM (`nvllm.ops.fp8_gemm`) against the exact product of its quantized operands: in
 Triton's interpreter on the CPU at launch shapes whose tiles overhang every edge, and on the GPU at the
-decode batches it takes; and the launch shape it picks by batch and weight."""
+decode batches it takes; the launch shape it picks by batch and weight; the small-batch kernel's too, and
+its loop on the fp8 tensor cores compiled for sm_90."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +34,73 @@ for config in [GemmConfig(64, 32, 128, 4, 2), GemmConfig(16, 64, 64, 4, 3), None
 assert fp8_gemm(x_q[:0], x_scale[:0], q, scale, torch.bfloat16).shape == (0, n)
 """
     )
+
+
+def test_the_small_batch_kernel_equals_the_product_of_its_quantized_operands_in_the_interpreter():
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.fp8_gemm import GemmConfig, fp8_gemm_small_batch
+generator = torch.Generator().manual_seed(0)
+# weight rows and the reduction off every tile, rows of very different magnitudes (both scales matter)
+n, k = 200, 272
+q, scale = quantize_rows(torch.randn(n, k, generator=generator) * torch.logspace(-2, 2, n)[:, None])
+for m in (1, 7, 16):
+    x_q, x_scale = quantize_rows(torch.randn(m, k, generator=generator) * torch.logspace(-3, 3, m)[:, None])
+    exact = (x_q.float() @ q.float().T) * x_scale[:, None] * scale[None, :]
+    for config in [GemmConfig(16, 64, 128, 4, 2), GemmConfig(16, 128, 64, 4, 3), None]:
+        ours = fp8_gemm_small_batch(x_q, x_scale, q, scale, torch.float32, config)
+        torch.testing.assert_close(ours, exact, atol=0, rtol=1e-5, msg=lambda e: f"{m} rows, {config}: {e}")
+assert fp8_gemm_small_batch(x_q[:0], x_scale[:0], q, scale, torch.bfloat16).shape == (0, n)
+"""
+    )
+
+
+def test_the_small_batch_loop_multiplies_on_the_fp8_tensor_cores_converting_nothing():
+    """Compiled for sm_90 on the CPU at Qwen3-8B's and Qwen3-30B-A3B's projections: fp8 MMAs (QGMMA) with
+    the weight as their 64-row operand, and nothing in the loop that converts an element."""
+    pytest.importorskip("triton")
+    from experiments.kernels.fp8_weights_sass import CONVERSIONS
+    from experiments.kernels.hopper_sass import (
+        compile_for_hopper,
+        disassemble,
+        main_loop_instructions,
+        nvidia_tool,
+    )
+    from nvllm.ops import fp8_gemm
+
+    if not Path(nvidia_tool("ptxas")).exists():
+        pytest.skip("this Triton has no NVIDIA backend tools")
+    signature = dict.fromkeys(("a_ptr", "b_ptr"), "*fp8e4nv") | {"c_ptr": "*bf16"}
+    signature |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr"), "*fp32")
+    signature |= dict.fromkeys(("M", "N", "K", "stride_am", "stride_bn", "stride_cm"), "i32")
+    aligned = ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm")
+    with tempfile.TemporaryDirectory() as directory:
+        for n, k in ((6144, 4096), (24576, 4096), (5120, 2048)):
+            config = fp8_gemm.small_batch_config(n, k, 132)
+            constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PDL=True)
+            kernel = compile_for_hopper(
+                fp8_gemm._fp8_gemm_small_batch_kernel,
+                signature,
+                constants,
+                aligned,
+                config.num_warps,
+                config.num_stages,
+            )
+            loop = main_loop_instructions(disassemble(kernel.asm["cubin"], Path(directory))[0])
+            # an MMA takes 64 of the weight's rows and 32 of the reduction
+            assert loop["QGMMA.64"] == config.block_n // 64 * config.block_k // 32, (n, k, loop)
+            assert [op for op in loop if op.startswith(CONVERSIONS)] == ["SHF.R.S32.HI"], (n, k, loop)
+
+
+def test_small_batches_take_wide_strips_only_where_every_sm_still_gets_a_program():
+    pytest.importorskip("triton")
+    from nvllm.ops.fp8_gemm import GemmConfig, small_batch_config
+
+    assert small_batch_config(24576, 4096, 132) == GemmConfig(16, 128, 256, 4, 3)  # 192 programs
+    assert small_batch_config(6144, 4096, 132) == GemmConfig(16, 64, 256, 4, 3)  # 48 would be too few
+    assert small_batch_config(1024, 512, 132) == GemmConfig(16, 64, 128, 4, 4)  # a narrow reduction
 
 
 def test_the_tile_follows_the_batch_and_leaves_a_program_for_nearly_every_sm():
@@ -60,6 +131,25 @@ def test_the_table_picks_by_band_of_rows_and_leaves_the_rest_to_cublas():
     # a shape not measured: the picked launch shape up to UNMEASURED_MAX_ROWS rows, then cuBLAS
     assert chosen_config(UNMEASURED_MAX_ROWS, 1000, 512, 132) == gemm_config(UNMEASURED_MAX_ROWS, 1000, 132)
     assert chosen_config(UNMEASURED_MAX_ROWS + 1, 1000, 512, 132) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 16])
+@pytest.mark.parametrize("shape", [(6144, 4096), (4096, 12288), (5120, 2048), (2048, 4096)])
+def test_the_small_batch_kernel_on_the_gpu_equals_the_exact_product_up_to_its_rounding(rows, shape):
+    """Qwen3-8B's and Qwen3-30B-A3B's projections at a single stream's and small decode batches."""
+    from nvllm.ops.fp8 import quantize_rows
+    from nvllm.ops.fp8_gemm import fp8_gemm_small_batch
+
+    torch.manual_seed(0)
+    n, k = shape
+    (x_q, x_scale), (q, scale) = (
+        quantize_rows(torch.randn(rows, k, device="cuda")),
+        quantize_rows(torch.randn(n, k, device="cuda")),
+    )
+    exact = (x_q.float() @ q.float().T) * x_scale[:, None] * scale[None, :]
+    ours = fp8_gemm_small_batch(x_q, x_scale, q, scale, torch.bfloat16).float()
+    torch.testing.assert_close(ours, exact, atol=1e-2 * exact.abs().max().item(), rtol=2**-7)
 
 
 @pytest.mark.gpu
