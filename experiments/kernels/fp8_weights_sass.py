@@ -2,7 +2,8 @@
 the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes
 and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
 fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.fp8_activations`), whose operands are both e4m3 on
-the fp8 tensor cores. Per kernel, the
+the fp8 tensor cores, as are those of the GEMM small dense batches run with that setting
+(`nvllm.ops.fp8_gemm.fp8_gemm_small_batch`). Per kernel, the
 main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
 gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by
 opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes several times the
@@ -17,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
-from nvllm.ops import moe_fp8_triton, moe_tiles, moe_triton, skinny_matmul
+from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_tiles, moe_triton, skinny_matmul
 
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
 # element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
@@ -143,7 +144,32 @@ def grouped_fp8_activations(gated: bool, pairs: int):
     return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
 
 
+def small_batch_gemm(n: int, k: int):
+    """`fp8_gemm_small_batch` against an `n x k` fp8 weight, in `small_batch_config`'s launch shape."""
+    config = fp8_gemm.small_batch_config(n, k, 132)
+    signature = dict.fromkeys(("a_ptr", "b_ptr"), "*fp8e4nv") | {"c_ptr": "*bf16"}
+    signature |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr"), "*fp32")
+    signature |= dict.fromkeys(("M", "N", "K", "stride_am", "stride_bn", "stride_cm"), "i32")
+    constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PDL=True)
+    aligned = ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm")
+    kernel = compile_for_hopper(
+        fp8_gemm._fp8_gemm_small_batch_kernel,
+        signature,
+        constants,
+        aligned,
+        config.num_warps,
+        config.num_stages,
+    )
+    return kernel, config.block_n * config.block_k, config.num_warps
+
+
 FP8_ACTIVATION_KERNELS = {
+    "small-batch GEMM, Qwen3-8B q/k/v 6144x4096": partial(small_batch_gemm, 6144, 4096),
+    "small-batch GEMM, Qwen3-8B o 4096x4096": partial(small_batch_gemm, 4096, 4096),
+    "small-batch GEMM, Qwen3-8B gate/up 24576x4096": partial(small_batch_gemm, 24576, 4096),
+    "small-batch GEMM, Qwen3-8B down 4096x12288": partial(small_batch_gemm, 4096, 12288),
+    "small-batch GEMM, Qwen3-30B-A3B q/k/v 5120x2048": partial(small_batch_gemm, 5120, 2048),
+    "small-batch GEMM, Qwen3-30B-A3B o 2048x4096": partial(small_batch_gemm, 2048, 4096),
     "grouped gate/up, 1 token (8 pairs)": partial(grouped_fp8_activations, gated=True, pairs=8),
     "grouped down, 1 token (8 pairs)": partial(grouped_fp8_activations, gated=False, pairs=8),
     "grouped gate/up, 256 tokens": partial(grouped_fp8_activations, gated=True, pairs=2048),
@@ -155,6 +181,7 @@ FP8_ACTIVATION_KERNELS = {
 
 KERNELS = {
     "skinny, Qwen3-8B q/k/v 6144x4096": partial(skinny, n=6144, k=4096, gated=False),
+    "skinny, Qwen3-30B-A3B o 2048x4096": partial(skinny, n=2048, k=4096, gated=False),
     "skinny, Qwen3-8B o 4096x4096": partial(skinny, n=4096, k=4096, gated=False),
     "skinny, Qwen3-8B gate/up 2x12288x4096": partial(skinny, n=24576, k=4096, gated=True),
     "skinny, Qwen3-8B down 4096x12288": partial(skinny, n=4096, k=12288, gated=False),

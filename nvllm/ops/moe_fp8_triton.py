@@ -8,8 +8,8 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
   activations are);
 - the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and tile of
   `FP8_INTERMEDIATE_GROUP` intermediate columns, which is all of the intermediate a program holds;
-- the down kernel multiplies each group's dot product by its scale as it accumulates (fp32, on the CUDA
-  cores), a scale per pair and weight row after its loop;
+- the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32, on
+  the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
 - the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
 
 Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA

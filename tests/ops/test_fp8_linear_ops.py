@@ -39,9 +39,9 @@ def test_inductor_quantizes_the_activations_as_quantize_rows_and_hands_them_to_t
     received = []
     computation = fp8_linear_ops.fp8_matmul_of_quantized
 
-    def recording(x, x_q, x_scale, weight, weight_scale, bias=None):
+    def recording(x, x_q, x_scale, weight, weight_scale, bias=None, quantize_activations=False):
         received.append((x.clone(), x_q.clone(), x_scale.clone()))
-        return computation(x, x_q, x_scale, weight, weight_scale, bias)
+        return computation(x, x_q, x_scale, weight, weight_scale, bias, quantize_activations)
 
     monkeypatch.setattr(fp8_linear_ops, "fp8_matmul_of_quantized", recording)
     quantizations_at_run_time = []
