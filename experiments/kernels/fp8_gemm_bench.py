@@ -6,7 +6,7 @@ weight read from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as 
 
 `--small-batch` times batches of at most 16 rows instead (`--model`'s projections, Qwen3-8B's or
 Qwen3-30B-A3B's): the skinny kernel on bf16 activations and the fp8 weight (what such batches run by
-default), against `fp8_gemm_small_batch` on the quantized activations (what they run with
+default), against `fp8_gemm`'s small-batch kernel on the quantized activations (what they run with
 `model.fp8_activations`; the quantization itself not timed) in `small_batch_config`'s launch shape and the
 fastest of `SMALL_BATCH_GRID`.
 
@@ -29,7 +29,6 @@ from nvllm.ops.fp8_gemm import (
     GemmConfig,
     chosen_config,
     fp8_gemm,
-    fp8_gemm_small_batch,
     gemm_config,
     small_batch_config,
 )
@@ -63,7 +62,7 @@ def small_batches(model: str, rows: list[int]) -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             x_q, x_scale = quantize_rows(x)
             skinny = time_us(partial(skinny_matmul, x, q, skinny_config(n, k), weight_scale=scale))
-            run = partial(fp8_gemm_small_batch, x_q, x_scale, q, scale, torch.bfloat16)
+            run = partial(fp8_gemm, x_q, x_scale, q, scale, torch.bfloat16)
             picked = small_batch_config(n, k, num_sms)
             ours = time_us(partial(run, config=picked))
             best_us, best = min((time_us(partial(run, config=config)), config) for config in SMALL_BATCH_GRID)

@@ -3,7 +3,7 @@ the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at
 and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
 fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.fp8_activations`), whose operands are both e4m3 on
 the fp8 tensor cores, as are those of the GEMM small dense batches run with that setting
-(`nvllm.ops.fp8_gemm.fp8_gemm_small_batch`). Per kernel, the
+(`nvllm.ops.fp8_gemm`'s small-batch kernel). Per kernel, the
 main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
 gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by
 opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes several times the
@@ -145,7 +145,8 @@ def grouped_fp8_activations(gated: bool, pairs: int):
 
 
 def small_batch_gemm(n: int, k: int):
-    """`fp8_gemm_small_batch` against an `n x k` fp8 weight, in `small_batch_config`'s launch shape."""
+    """`nvllm.ops.fp8_gemm`'s small-batch kernel against an `n x k` fp8 weight, in `small_batch_config`'s
+    launch shape."""
     config = fp8_gemm.small_batch_config(n, k, 132)
     signature = dict.fromkeys(("a_ptr", "b_ptr"), "*fp8e4nv") | {"c_ptr": "*bf16"}
     signature |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr"), "*fp32")

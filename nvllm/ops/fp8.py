@@ -84,14 +84,12 @@ def scaled_mm_of_quantized(
     """`(x_q * x_scale) @ (q * scale)ᵀ` `[tokens, out]` on the fp8 tensor cores, for `quantize_tokens`'s
     `(x_q, x_scale)`: by `torch._scaled_mm`, or with `nvllm.ops.fp8_gemm.ENABLED` the decode batches its
     `chosen_config` takes by nvllm's Triton kernel, whose tiles follow the batch (batches of at most 16
-    rows, which come quantized only with `model.fp8_activations`, by its small-batch kernel)."""
+    rows, which come quantized only with `model.fp8_activations`, by its kernel for them)."""
     if x_q.is_cuda:
         from nvllm.ops import fp8_gemm
 
         if fp8_gemm.ENABLED:
             m, n, k = x_q.shape[0], *q.shape
-            if m <= fp8_gemm.SMALL_BATCH_MAX_ROWS:
-                return fp8_gemm.fp8_gemm_small_batch(x_q, x_scale, q, scale, out_dtype)
             config = fp8_gemm.chosen_config(m, n, k, fp8_gemm.device_sms(x_q.device))
             if config is not None:
                 return fp8_gemm.fp8_gemm(x_q, x_scale, q, scale, out_dtype, config)

@@ -1,8 +1,7 @@
 """`(x_q * x_scale) @ (q * scale)ᵀ` on the fp8 tensor cores as one Triton kernel: what `torch._scaled_mm`
 computes for `nvllm.ops.fp8.scaled_mm_of_quantized`, for the decode batches between the skinny kernel's 16
 rows and `MAX_ROWS`; and for batches of at most `SMALL_BATCH_MAX_ROWS` rows, which quantize their
-activations only with `model.fp8_activations`, a kernel that computes its tile transposed
-(`fp8_gemm_small_batch`).
+activations only with `model.fp8_activations`, a kernel that computes its tile transposed.
 
 cuBLAS ran the 8B's projections at a full decode batch with 128 x 128 output tiles
 (experiments/results/2026-12-03-h200-8b-fp8-weights.md), so that a 4096-wide projection of a 256-row batch is
@@ -26,7 +25,7 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 MAX_ROWS = 256
-SMALL_BATCH_MAX_ROWS = 16  # batches up to here take `fp8_gemm_small_batch`
+SMALL_BATCH_MAX_ROWS = 16  # batches up to here take the kernel that computes its tile transposed
 # False: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's comparison; its numbers:
 # experiments/results/2026-12-03-h200-8b-fp8-gemm-on.md).
 ENABLED = True
@@ -71,9 +70,21 @@ def gemm_config(m: int, n: int, num_sms: int) -> GemmConfig:
     return GemmConfig(block_m, block_n, 128, 4 if block_m == 64 else 8, 4)
 
 
+def small_batch_config(n: int, k: int, num_sms: int) -> GemmConfig:
+    """The launch shape of a batch of at most `SMALL_BATCH_MAX_ROWS` rows (the kernel that computes its tile
+    transposed) against an `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
+    a program where that still leaves a program for nearly every SM, else 64 (the fp8 MMA's least); a
+    256-wide reduction slice three deep, or 128 four deep where the reduction is narrower. Not yet swept."""
+    block_n = 128 if triton.cdiv(n, 128) >= 0.9 * num_sms else 64
+    block_k, num_stages = (256, 3) if k >= 1024 else (128, 4)
+    return GemmConfig(SMALL_BATCH_MAX_ROWS, block_n, block_k, 4, num_stages)
+
+
 def chosen_config(m: int, n: int, k: int, num_sms: int) -> GemmConfig | None:
-    """The launch shape for an `m`-row batch against an `n x k` weight, or None: leave it to
-    `torch._scaled_mm`."""
+    """The launch shape for an `m`-row batch against an `n x k` weight (`small_batch_config`'s up to
+    `SMALL_BATCH_MAX_ROWS` rows), or None: leave it to `torch._scaled_mm`."""
+    if m <= SMALL_BATCH_MAX_ROWS:
+        return small_batch_config(n, k, num_sms)
     if m > MAX_ROWS:
         return None
     bands = CONFIGS.get((n, k))
@@ -131,51 +142,6 @@ def _fp8_gemm_kernel(
     tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[:, None] < M) & (columns[None, :] < N))
 
 
-def fp8_gemm(
-    x_q: torch.Tensor,
-    x_scale: torch.Tensor,
-    q: torch.Tensor,
-    scale: torch.Tensor,
-    out_dtype: torch.dtype,
-    config: GemmConfig | None = None,
-) -> torch.Tensor:
-    """`(x_q * x_scale[:, None]) @ (q * scale[:, None])ᵀ` in `out_dtype`: `x_q` `[M, K]` and `q` `[N, K]` in
-    float8 e4m3 with contiguous rows, their scales fp32 (a row each); accumulated in fp32, scaled, rounded
-    once. `config`: the launch shape, else `chosen_config`'s, or `gemm_config`'s where that leaves the
-    shape to cuBLAS."""
-    m, k = x_q.shape
-    n = q.shape[0]
-    assert q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
-    assert x_scale.shape == (m,) and scale.shape == (n,)
-    out = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
-    if m == 0:
-        return out
-    if config is None:
-        num_sms = device_sms(x_q.device)
-        config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    _fp8_gemm_kernel[grid](
-        x_q,
-        q,
-        out,
-        x_scale.contiguous(),
-        scale.contiguous(),
-        m,
-        n,
-        k,
-        x_q.stride(0),
-        q.stride(0),
-        out.stride(0),
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        **pdl_launch(x_q.device),
-    )
-    return out
-
-
 @triton.jit
 def _fp8_gemm_small_batch_kernel(
     a_ptr,  # [M, K] fp8, M <= BLOCK_M
@@ -217,16 +183,7 @@ def _fp8_gemm_small_batch_kernel(
     tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[None, :] < M) & (columns[:, None] < N))
 
 
-def small_batch_config(n: int, k: int, num_sms: int) -> GemmConfig:
-    """`fp8_gemm_small_batch`'s launch shape for an `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
-    a program where that still leaves a program for nearly every SM, else 64 (the fp8 MMA's least); a
-    256-wide reduction slice three deep, or 128 four deep where the reduction is narrower. Not yet swept."""
-    block_n = 128 if triton.cdiv(n, 128) >= 0.9 * num_sms else 64
-    block_k, num_stages = (256, 3) if k >= 1024 else (128, 4)
-    return GemmConfig(SMALL_BATCH_MAX_ROWS, block_n, block_k, 4, num_stages)
-
-
-def fp8_gemm_small_batch(
+def fp8_gemm(
     x_q: torch.Tensor,
     x_scale: torch.Tensor,
     q: torch.Tensor,
@@ -234,20 +191,28 @@ def fp8_gemm_small_batch(
     out_dtype: torch.dtype,
     config: GemmConfig | None = None,
 ) -> torch.Tensor:
-    """`fp8_gemm`'s product for at most `SMALL_BATCH_MAX_ROWS` rows, each program's tile computed
-    transposed (weight rows by the batch's rows), so that the weight, not the few rows, fills the fp8
-    MMA's 64-row operand. `config`: the launch shape (`block_m`: the batch's rows, padded), else
-    `small_batch_config`'s."""
+    """`(x_q * x_scale[:, None]) @ (q * scale[:, None])ᵀ` in `out_dtype`: `x_q` `[M, K]` and `q` `[N, K]` in
+    float8 e4m3 with contiguous rows, their scales fp32 (a row each); accumulated in fp32, scaled, rounded
+    once. At most `SMALL_BATCH_MAX_ROWS` rows take the kernel that computes its tile transposed (weight rows
+    by the batch's rows, so that the weight, not the few rows, fills the fp8 MMA's 64-row operand; its
+    `block_m` is the batch's rows, padded). `config`: the launch shape, else `chosen_config`'s, or
+    `gemm_config`'s where that leaves the shape to cuBLAS."""
     m, k = x_q.shape
     n = q.shape[0]
-    assert m <= SMALL_BATCH_MAX_ROWS and q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
+    assert q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
     assert x_scale.shape == (m,) and scale.shape == (n,)
     out = torch.empty((m, n), dtype=out_dtype, device=x_q.device)
     if m == 0:
         return out
-    config = config or small_batch_config(n, k, device_sms(x_q.device))
-    assert m <= config.block_m
-    _fp8_gemm_small_batch_kernel[(triton.cdiv(n, config.block_n),)](
+    if config is None:
+        num_sms = device_sms(x_q.device)
+        config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
+    if m <= SMALL_BATCH_MAX_ROWS:
+        assert m <= config.block_m
+        kernel, grid = _fp8_gemm_small_batch_kernel, (triton.cdiv(n, config.block_n),)
+    else:
+        kernel, grid = _fp8_gemm_kernel, (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    kernel[grid](
         x_q,
         q,
         out,

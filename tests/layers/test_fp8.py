@@ -114,46 +114,11 @@ def test_compiled_graphs_take_the_fp8_op_with_the_scales():
     torch.testing.assert_close(eager[1], torch.nn.functional.silu(gate) * up, atol=1e-5, rtol=1e-5)
 
 
-def test_small_batches_trace_a_graph_of_the_skinny_kernels_ops_without_quantization(monkeypatch):
-    """A batch the skinny kernel takes (on CUDA: at most 16 rows) needs no quantized activations: traced, it
-    takes `nvllm::linear` and `nvllm::linear_silu_mul` on the fp8 weights, in a graph of its own, and larger
-    batches keep `nvllm::scaled_mm`. The CUDA rule, patched in on the CPU."""
+def traced_graphs(monkeypatch, quantize_activations: bool) -> list[list]:
+    """The ops of each graph an fp8 matmul and gate/up matmul trace into over batches of 5, 20 and 7 rows
+    (dynamic shapes), on the CPU with the CUDA rule for the skinny kernel patched in; each batch's compiled
+    result equal to eager's."""
     from nvllm.ops import fp8_linear_ops
-
-    monkeypatch.setattr(fp8_linear_ops, "uses_skinny_matmul", lambda x: x.shape[0] <= 16)
-    torch.manual_seed(0)
-    q, scale = quantize_rows(torch.randn(32, 16))
-    gate_up_q, gate_up_scale = quantize_rows(torch.randn(64, 16))
-    graphs = []
-
-    def record_ops(graph_module, example_inputs):
-        graphs.append([node.target for node in graph_module.graph.nodes if node.op.startswith("call_")])
-        return graph_module.forward
-
-    def layer(x):
-        return apply_fp8_linear(x, q, scale), apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale)
-
-    compiled = torch.compile(layer, backend=record_ops, fullgraph=True, dynamic=True)
-    for rows in (5, 20, 7):
-        x = torch.randn(rows, 16)
-        assert all(torch.equal(a, b) for a, b in zip(compiled(x), layer(x)))
-    small, large = graphs  # 7 rows reuses the graph of 5
-    assert (
-        small.count(torch.ops.nvllm.linear.default)
-        == small.count(torch.ops.nvllm.linear_silu_mul.default)
-        == 1
-    )
-    assert torch.ops.nvllm.scaled_mm.default not in small
-    assert "amax" not in small and "amax" in large  # the activations' quantization (`quantize_rows`)
-    assert large.count(torch.ops.nvllm.scaled_mm.default) == 2
-
-
-def test_with_fp8_activations_every_batch_traces_one_graph_of_the_quantized_op(monkeypatch):
-    """`quantize_activations` (`model.fp8_activations`): small batches quantize theirs too, so no batch takes
-    the skinny kernel's ops and one graph serves every size (the CUDA rule patched in on the CPU, as above);
-    compiled equals eager, which runs the quantized path's reference."""
-    from nvllm.ops import fp8_linear_ops
-    from nvllm.ops.fp8 import quantize_tokens, scaled_mm_reference
 
     monkeypatch.setattr(fp8_linear_ops, "uses_skinny_matmul", lambda x: x.shape[0] <= 16)
     torch.manual_seed(0)
@@ -167,8 +132,8 @@ def test_with_fp8_activations_every_batch_traces_one_graph_of_the_quantized_op(m
 
     def layer(x):
         return (
-            apply_fp8_linear(x, q, scale, None, True),
-            apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale, True),
+            apply_fp8_linear(x, q, scale, None, quantize_activations),
+            apply_fp8_linear_silu_mul(x, gate_up_q, gate_up_scale, quantize_activations),
         )
 
     compiled = torch.compile(layer, backend=record_ops, fullgraph=True, dynamic=True)
@@ -176,8 +141,32 @@ def test_with_fp8_activations_every_batch_traces_one_graph_of_the_quantized_op(m
         x = torch.randn(rows, 16)
         ours, eager = compiled(x), layer(x)
         assert all(torch.equal(a, b) for a, b in zip(ours, eager))
-        torch.testing.assert_close(ours[0], scaled_mm_reference(*quantize_tokens(x), q, scale, x.dtype))
-    (graph,) = graphs  # no guard on the row count
+        if quantize_activations:  # eager runs the quantized path's reference
+            from nvllm.ops.fp8 import quantize_tokens, scaled_mm_reference
+
+            torch.testing.assert_close(ours[0], scaled_mm_reference(*quantize_tokens(x), q, scale, x.dtype))
+    return graphs
+
+
+def test_small_batches_trace_a_graph_of_the_skinny_kernels_ops_without_quantization(monkeypatch):
+    """A batch the skinny kernel takes (on CUDA: at most 16 rows) needs no quantized activations: traced, it
+    takes `nvllm::linear` and `nvllm::linear_silu_mul` on the fp8 weights, in a graph of its own, and larger
+    batches keep `nvllm::scaled_mm`."""
+    small, large = traced_graphs(monkeypatch, quantize_activations=False)  # 7 rows reuses 5's graph
+    assert (
+        small.count(torch.ops.nvllm.linear.default)
+        == small.count(torch.ops.nvllm.linear_silu_mul.default)
+        == 1
+    )
+    assert torch.ops.nvllm.scaled_mm.default not in small
+    assert "amax" not in small and "amax" in large  # the activations' quantization (`quantize_rows`)
+    assert large.count(torch.ops.nvllm.scaled_mm.default) == 2
+
+
+def test_with_fp8_activations_every_batch_traces_one_graph_of_the_quantized_op(monkeypatch):
+    """`quantize_activations` (`model.fp8_activations`): small batches quantize theirs too, so no batch takes
+    the skinny kernel's ops and one graph serves every size."""
+    (graph,) = traced_graphs(monkeypatch, quantize_activations=True)  # no guard on the row count
     assert graph.count(torch.ops.nvllm.scaled_mm.default) == 2 and "amax" in graph
     assert not {torch.ops.nvllm.linear.default, torch.ops.nvllm.linear_silu_mul.default} & set(graph)
 
