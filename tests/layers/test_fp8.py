@@ -298,6 +298,32 @@ def test_fp8_engine_on_the_gpu_computes_what_bf16_does_on_the_dequantized_weight
     assert fp8_to_bf16 < EQUIVALENT_BF16_LOGITS, f"12 tokens, fp8 against the dequantized bf16: {fp8_to_bf16}"
 
 
+@pytest.mark.gpu
+def test_fp8_activations_on_the_gpu_compiled_equal_eager():
+    """`model.fp8_activations` in the compiled model with its CUDA graphs (small batches through the
+    small-batch fp8 GEMM, the quantization fused by inductor) against eager (the same products, quantized
+    in eager kernels), a prefill of at most 16 tokens and a larger one, within what two bf16 computations
+    of one model differ by."""
+    from tests.api.test_generate_gpu import EQUIVALENT_BF16_LOGITS
+
+    small = [random_prompt(5, seed=1), random_prompt(7, seed=2)]
+    large = [random_prompt(5, seed=3), random_prompt(40, seed=4)]
+    settings = dict(
+        model__vocab_size=TINY_VOCAB_SIZE,
+        model__head_dim=128,
+        model__dtype="bfloat16",
+        model__quantization="fp8",
+        model__fp8_activations=True,
+        gpu_memory_utilization=0.2,
+    )
+    with LLM("tiny", **settings) as llm:
+        compiled = prefill_logits(llm, small), prefill_logits(llm, large)
+    with LLM("tiny", enforce_eager=True, **settings) as llm:
+        eager = prefill_logits(llm, small), prefill_logits(llm, large)
+    for ours, theirs in zip(compiled, eager):
+        assert relative_error(ours, theirs) < EQUIVALENT_BF16_LOGITS
+
+
 def test_accuracy_report_counts_shared_tokens_and_the_gap_where_generations_part():
     from experiments.studies.fp8_accuracy import agreement, report
     from nvllm.outputs import CompletionOutput
