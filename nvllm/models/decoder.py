@@ -94,11 +94,18 @@ class DecoderLayer(nn.Module):
         self.self_attn = DecoderAttention(config, shape)
         self.mlp = mlp
         self.mlp_routes_tokens = isinstance(mlp, FusedMoE)  # it is told the step's padding tokens
-        # fp8 matmuls quantize their activations: the norms before them leave that to inductor to fuse
-        fuse_norms = config.quantization == "fp8"
-        norm = dict(fuse_in_graph=fuse_norms, small_batches_quantize=config.fp8_activations)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **norm)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **norm)
+        # fp8 matmuls quantize their activations: the norms before them leave that to inductor to fuse. A
+        # mixture of experts' input goes to the bf16 router and to the experts' op, which quantizes inside:
+        # nothing to fuse after its norm
+        fp8 = config.quantization == "fp8"
+        small_batches_quantize = config.fp8_activations
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fp8, small_batches_quantize)
+        self.post_attention_layernorm = RMSNorm(
+            config.hidden_size,
+            config.rms_norm_eps,
+            fp8 and not self.mlp_routes_tokens,
+            small_batches_quantize,
+        )
 
     def forward(self, positions, hidden_states, residual, meta: AttentionMetadata):
         hidden_states, residual = self.input_layernorm(hidden_states, residual)

@@ -1,6 +1,7 @@
 """RMSNorm's choice, in a compiled graph, between the add + norm kernel (`nvllm::add_rms_norm`) and leaving
 both to inductor (`fuse_in_graph`, fp8 models): a batch small enough for the skinny kernel has no activation
-quantization to fuse, so it keeps the kernel. The traced graph is the oracle."""
+quantization to fuse, so it keeps the kernel, unless small batches quantize too (`model.fp8_activations`).
+The traced graph is the oracle."""
 
 import pytest
 import torch
@@ -26,12 +27,20 @@ def traced_ops(module: RMSNorm, rows: int) -> set:
 
 
 @pytest.mark.parametrize(
-    "fuse_in_graph, skinny, kernel", [(False, False, True), (True, False, False), (True, True, True)]
+    "fuse_in_graph, small_batches_quantize, skinny, kernel",
+    [
+        (False, False, False, True),
+        (True, False, False, False),
+        (True, False, True, True),
+        (True, True, True, False),  # `model.fp8_activations`: small batches quantize too
+        (False, True, True, True),
+    ],
 )
 def test_the_add_and_norm_kernel_is_kept_unless_inductor_has_something_to_fuse(
-    fuse_in_graph, skinny, kernel, monkeypatch
+    fuse_in_graph, small_batches_quantize, skinny, kernel, monkeypatch
 ):
     # the skinny kernel's test needs CUDA; here it is stood in for, as it answers for this batch
     monkeypatch.setattr(norm, "uses_skinny_matmul", lambda x: skinny)
-    ops = traced_ops(RMSNorm(64, fuse_in_graph=fuse_in_graph), rows=4)
+    module = RMSNorm(64, fuse_in_graph=fuse_in_graph, small_batches_quantize=small_batches_quantize)
+    ops = traced_ops(module, rows=4)
     assert (torch.ops.nvllm.add_rms_norm.default in ops) == kernel

@@ -264,6 +264,10 @@ def test_fp8_experts_compute_what_transformers_does_holding_the_dequantized_weig
         moe = next(m for m in model.modules() if isinstance(m, FusedMoE))
         assert moe.experts.gate_up_proj.dtype == moe.experts.down_proj.dtype == FP8
         assert moe.gate.weight.dtype == torch.float32  # the router is not quantized
+        # the norm before a sparse layer's experts has no quantization to fuse (the experts' op quantizes
+        # inside), the norm before the dense layer's gate/up has
+        fused = [layer.post_attention_layernorm.fuse_in_graph for layer in model.model.layers]
+        assert fused == [not is_sparse_layer(llm.config.model, i) for i in range(len(fused))] and any(fused)
         # what the memory check and the profiler count is what the model holds (weights and scales)
         held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
         rotary = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if "rotary" in n)
