@@ -1,7 +1,7 @@
 """`(x_q * x_scale) @ (q * scale)ᵀ` on the fp8 tensor cores as one Triton kernel: what `torch._scaled_mm`
 computes for `nvllm.ops.fp8.scaled_mm_of_quantized`, for the decode batches between the skinny kernel's 16
 rows and `MAX_ROWS`; and for batches of at most `SMALL_BATCH_MAX_ROWS` rows, which quantize their
-activations only with `model.fp8_activations`, a kernel that computes its tile transposed.
+activations only with `model.fp8_activations`, the same kernel with its tile computed transposed.
 
 cuBLAS ran the 8B's projections at a full decode batch with 128 x 128 output tiles
 (experiments/results/2026-12-03-h200-8b-fp8-weights.md), so that a 4096-wide projection of a 256-row batch is
@@ -25,7 +25,7 @@ import triton.language as tl
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 MAX_ROWS = 256
-SMALL_BATCH_MAX_ROWS = 16  # batches up to here take the kernel that computes its tile transposed
+SMALL_BATCH_MAX_ROWS = 16  # batches up to here are computed transposed
 # False: every batch above the skinny kernel's runs `torch._scaled_mm` (the bench's comparison; its numbers:
 # experiments/results/2026-12-03-h200-8b-fp8-gemm-on.md).
 ENABLED = True
@@ -71,8 +71,8 @@ def gemm_config(m: int, n: int, num_sms: int) -> GemmConfig:
 
 
 def small_batch_config(n: int, k: int, num_sms: int) -> GemmConfig:
-    """The launch shape of a batch of at most `SMALL_BATCH_MAX_ROWS` rows (the kernel that computes its tile
-    transposed) against an `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
+    """The launch shape of a batch of at most `SMALL_BATCH_MAX_ROWS` rows (computed transposed) against an
+    `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
     a program where that still leaves a program for nearly every SM, else 64 (the fp8 MMA's least); a
     256-wide reduction slice three deep, or 128 four deep where the reduction is narrower. Not yet swept."""
     block_n = 128 if triton.cdiv(n, 128) >= 0.9 * num_sms else 64
@@ -114,6 +114,7 @@ def _fp8_gemm_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    TRANSPOSED: tl.constexpr,
     PDL: tl.constexpr,
 ):
     # the row tiles of one column strip are consecutive programs: the strip is read from memory once
@@ -123,7 +124,12 @@ def _fp8_gemm_kernel(
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     columns = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     wait_for_prior_kernel(PDL)  # the activations and their scales are the kernel's before
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # TRANSPOSED (a few rows): weight rows by the batch's rows, so that the weight fills the fp8 MMA's
+    # 64-row operand
+    if TRANSPOSED:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         a = tl.load(
@@ -134,53 +140,17 @@ def _fp8_gemm_kernel(
             (columns[:, None] < N) & (ks[None, :] < K),
             0.0,
         )
-        acc = tl.dot(a, tl.trans(b), acc)
+        if TRANSPOSED:
+            acc = tl.dot(b, tl.trans(a), acc)
+        else:
+            acc = tl.dot(a, tl.trans(b), acc)
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    if TRANSPOSED:
+        acc = tl.trans(acc)
     acc *= tl.load(a_scale_ptr + rows, rows < M, 0.0)[:, None]
     acc *= tl.load(b_scale_ptr + columns, columns < N, 0.0)[None, :]
     out = c_ptr + rows[:, None] * stride_cm + columns[None, :]
     tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[:, None] < M) & (columns[None, :] < N))
-
-
-@triton.jit
-def _fp8_gemm_small_batch_kernel(
-    a_ptr,  # [M, K] fp8, M <= BLOCK_M
-    b_ptr,  # [N, K] fp8
-    c_ptr,  # [M, N]
-    a_scale_ptr,  # [M] fp32
-    b_scale_ptr,  # [N] fp32
-    M,
-    N,
-    K,
-    stride_am,
-    stride_bn,
-    stride_cm,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    rows = tl.arange(0, BLOCK_M)
-    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    wait_for_prior_kernel(PDL)  # the activations and their scales are the kernel's before
-    # transposed, weight rows by the batch's rows: the weight fills the fp8 MMA's 64-row operand
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        ks = start + tl.arange(0, BLOCK_K)
-        a = tl.load(
-            a_ptr + rows[:, None] * stride_am + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K), 0.0
-        )
-        b = tl.load(
-            b_ptr + columns[:, None] * stride_bn + ks[None, :],
-            (columns[:, None] < N) & (ks[None, :] < K),
-            0.0,
-        )
-        acc = tl.dot(b, tl.trans(a), acc)
-    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
-    acc *= tl.load(b_scale_ptr + columns, columns < N, 0.0)[:, None]
-    acc *= tl.load(a_scale_ptr + rows, rows < M, 0.0)[None, :]
-    out = c_ptr + rows[None, :] * stride_cm + columns[:, None]
-    tl.store(out, acc.to(c_ptr.dtype.element_ty), (rows[None, :] < M) & (columns[:, None] < N))
 
 
 def fp8_gemm(
@@ -193,10 +163,9 @@ def fp8_gemm(
 ) -> torch.Tensor:
     """`(x_q * x_scale[:, None]) @ (q * scale[:, None])ᵀ` in `out_dtype`: `x_q` `[M, K]` and `q` `[N, K]` in
     float8 e4m3 with contiguous rows, their scales fp32 (a row each); accumulated in fp32, scaled, rounded
-    once. At most `SMALL_BATCH_MAX_ROWS` rows take the kernel that computes its tile transposed (weight rows
-    by the batch's rows, so that the weight, not the few rows, fills the fp8 MMA's 64-row operand; its
-    `block_m` is the batch's rows, padded). `config`: the launch shape, else `chosen_config`'s, or
-    `gemm_config`'s where that leaves the shape to cuBLAS."""
+    once. At most `SMALL_BATCH_MAX_ROWS` rows are computed transposed (weight rows by the batch's rows, so
+    that the weight, not the few rows, fills the fp8 MMA's 64-row operand). `config`: the launch shape, else
+    `chosen_config`'s, or `gemm_config`'s where that leaves the shape to cuBLAS."""
     m, k = x_q.shape
     n = q.shape[0]
     assert q.shape[1] == k and x_q.stride(1) == 1 and q.stride(1) == 1
@@ -207,12 +176,8 @@ def fp8_gemm(
     if config is None:
         num_sms = device_sms(x_q.device)
         config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
-    if m <= SMALL_BATCH_MAX_ROWS:
-        assert m <= config.block_m
-        kernel, grid = _fp8_gemm_small_batch_kernel, (triton.cdiv(n, config.block_n),)
-    else:
-        kernel, grid = _fp8_gemm_kernel, (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    kernel[grid](
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    _fp8_gemm_kernel[grid](
         x_q,
         q,
         out,
@@ -227,6 +192,7 @@ def fp8_gemm(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        TRANSPOSED=m <= SMALL_BATCH_MAX_ROWS,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **pdl_launch(x_q.device),
