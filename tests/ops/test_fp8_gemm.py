@@ -104,30 +104,14 @@ def test_the_table_picks_by_band_of_rows_and_leaves_the_rest_to_cublas():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [1, 7, 16])
-@pytest.mark.parametrize("shape", [(6144, 4096), (4096, 12288), (5120, 2048), (2048, 4096)])
-def test_the_small_batch_kernel_on_the_gpu_equals_the_exact_product_up_to_its_rounding(rows, shape):
-    """Qwen3-8B's and Qwen3-30B-A3B's projections at a single stream's and small decode batches."""
-    from nvllm.ops.fp8 import quantize_rows
-    from nvllm.ops.fp8_gemm import fp8_gemm
-
-    torch.manual_seed(0)
-    n, k = shape
-    (x_q, x_scale), (q, scale) = (
-        quantize_rows(torch.randn(rows, k, device="cuda")),
-        quantize_rows(torch.randn(n, k, device="cuda")),
-    )
-    exact = (x_q.float() @ q.float().T) * x_scale[:, None] * scale[None, :]
-    ours = fp8_gemm(x_q, x_scale, q, scale, torch.bfloat16).float()
-    torch.testing.assert_close(ours, exact, atol=1e-2 * exact.abs().max().item(), rtol=2**-7)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows", [17, 64, 100, 256])
-@pytest.mark.parametrize("shape", [(4096, 4096), (24576, 4096), (4096, 12288), (6144, 4096)])
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 64, 100, 256])
+@pytest.mark.parametrize(
+    "shape", [(4096, 4096), (24576, 4096), (4096, 12288), (6144, 4096), (5120, 2048), (2048, 4096)]
+)
 def test_the_fp8_gemm_on_the_gpu_equals_the_exact_product_up_to_its_rounding(rows, shape):
-    """Qwen3-8B's projections at decode batches: the same quantized operands multiplied in fp32, within the
-    bf16 output's rounding (the fp32 accumulation's order apart)."""
+    """Qwen3-8B's and Qwen3-30B-A3B's projections at decode batches (at most 16 rows computed transposed):
+    the same quantized operands multiplied in fp32, within the bf16 output's rounding (the fp32
+    accumulation's order apart)."""
     from nvllm.ops.fp8 import quantize_rows
     from nvllm.ops.fp8_gemm import fp8_gemm
 
