@@ -4,6 +4,8 @@ choosing from `TILE_CONFIGS` by the band of the mean pairs per expert."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers.triton_interpreter import run_in_interpreter
 
 
@@ -77,3 +79,21 @@ torch.testing.assert_close(sum_pairs(pairs, top_k, torch.bfloat16).float(), in_o
 assert sum_pairs(pairs[:0], top_k, torch.bfloat16).shape == (0, width)
 """
     )
+
+
+def test_every_tables_launch_shape_is_one_its_sweep_times():
+    """Each band's configurations in each table (bf16 experts, fp8 ones, fp8 ones on fp8 activations) are
+    in the grid `moe_tile_sweep` times for that table, at the band's row tile, within an H200's shared
+    memory: the sweep can always set the table's time beside the fastest."""
+    pytest.importorskip("triton")
+    from experiments.kernels.moe_tile_sweep import TABLES, grid, in_grid
+    from nvllm.ops.moe_tiles import row_tile
+
+    h200_shared_memory = 232448
+    for kind, (_, table) in TABLES.items():
+        for most, gate_up, down in table:
+            pairs = int(128 * min(most, 128))  # the band's last pair count over 128 experts (or one past)
+            block_m = row_tile(pairs, 128)
+            for gated, config in ((True, gate_up), (False, down)):
+                assert config in grid(kind, gated), (kind, most, config)
+                assert in_grid(config, block_m, gated, h200_shared_memory, kind), (kind, most, config)
