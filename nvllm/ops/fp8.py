@@ -84,15 +84,17 @@ def scaled_mm_of_quantized(
     """`(x_q * x_scale) @ (q * scale)ᵀ` `[tokens, out]` on the fp8 tensor cores, for `quantize_tokens`'s
     `(x_q, x_scale)`: by `torch._scaled_mm`, or with `nvllm.ops.fp8_gemm.ENABLED` the decode batches its
     `chosen_config` takes by nvllm's Triton kernel, whose tiles follow the batch (batches of at most 16
-    rows, which come quantized only with `model.fp8_activations`, by its kernel for them)."""
-    if x_q.is_cuda:
-        from nvllm.ops import fp8_gemm
+    rows, which come quantized only with `model.fp8_activations`, by its kernel for them); off CUDA,
+    `scaled_mm_reference`."""
+    if not x_q.is_cuda:
+        return scaled_mm_reference(x_q, x_scale, q, scale, out_dtype)
+    from nvllm.ops import fp8_gemm
 
-        if fp8_gemm.ENABLED:
-            m, n, k = x_q.shape[0], *q.shape
-            config = fp8_gemm.chosen_config(m, n, k, fp8_gemm.device_sms(x_q.device))
-            if config is not None:
-                return fp8_gemm.fp8_gemm(x_q, x_scale, q, scale, out_dtype, config)
+    if fp8_gemm.ENABLED:
+        m, n, k = x_q.shape[0], *q.shape
+        config = fp8_gemm.chosen_config(m, n, k, fp8_gemm.device_sms(x_q.device))
+        if config is not None:
+            return fp8_gemm.fp8_gemm(x_q, x_scale, q, scale, out_dtype, config)
     return torch._scaled_mm(x_q, q.t(), scale_a=x_scale[:, None], scale_b=scale[None, :], out_dtype=out_dtype)
 
 
@@ -105,11 +107,8 @@ def scaled_mm_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> t
 def fp8_matmul(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, quantize_activations: bool = False
 ) -> torch.Tensor:
-    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: on CUDA `scaled_mm_linear`; elsewhere the
-    reference, on x as it is or, with `quantize_activations`, quantized as CUDA's is."""
-    if x.is_cuda:
+    """`x @ (q * scale)ᵀ` where the skinny kernel does not run: `scaled_mm_linear` on CUDA, and on the CPU
+    with `quantize_activations`; otherwise the reference on x as it is."""
+    if x.is_cuda or quantize_activations:
         return scaled_mm_linear(x, q, scale)
-    if quantize_activations:
-        y = scaled_mm_reference(*quantize_tokens(x), q, scale, x.dtype)
-        return y.view(*x.shape[:-1], q.shape[0])
     return fp8_linear_reference(x, q, scale)

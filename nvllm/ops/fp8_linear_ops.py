@@ -29,13 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nvllm.ops.fp8 import (
-    fp8_linear_reference,
-    fp8_matmul,
-    quantize_tokens,
-    scaled_mm_of_quantized,
-    scaled_mm_reference,
-)
+from nvllm.ops.fp8 import fp8_linear_reference, fp8_matmul, quantize_tokens, scaled_mm_of_quantized
 from nvllm.ops.linear_ops import (
     add_bias,
     apply_linear,
@@ -64,12 +58,9 @@ def fp8_matmul_of_quantized(
         from nvllm.ops.skinny_matmul import skinny_matmul
 
         return add_bias(skinny_matmul(x.contiguous(), weight, config, weight_scale=weight_scale), bias)
-    if x.is_cuda:
-        y = scaled_mm_of_quantized(x_q, x_scale, weight, weight_scale, x.dtype)
-    elif quantize_activations:
-        y = scaled_mm_reference(x_q, x_scale, weight, weight_scale, x.dtype)
-    else:
+    if not (x.is_cuda or quantize_activations):
         return add_bias(fp8_linear_reference(x, weight, weight_scale), bias)
+    y = scaled_mm_of_quantized(x_q, x_scale, weight, weight_scale, x.dtype)
     return add_bias(y.view(*x.shape[:-1], weight.shape[0]), bias)
 
 
