@@ -154,7 +154,7 @@ def fp8_activation_matmul(
     activated = torch.randn(slots, INTERMEDIATE, device="cuda").to(gate_up.dtype)
     activated_scale = torch.rand(groups, slots, device="cuda") / 448
     if gated:
-        operands = (*moe_fp8_triton.quantize_rows(x), gate_up, gate_up_scale, activated, activated_scale)
+        operands = (*moe_fp8_triton.quantize_tokens(x), gate_up, gate_up_scale, activated, activated_scale)
     else:
         out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=torch.float32)
         operands = (activated, activated_scale, down, down_scale, out, None)

@@ -115,8 +115,7 @@ class FusedMoE(nn.Module):
         fp8_activations: bool = False,
     ):
         super().__init__()
-        if fp8_activations and quantization != "fp8":
-            raise ValueError("fp8 activations need fp8 experts (quantization=fp8)")
+        assert not fp8_activations or quantization == "fp8", "fp8 activations need fp8 experts"
         self.top_k, self.renormalize, self.routing_kernel = top_k, renormalize, routing_kernel
         self.fp8_activations = fp8_activations
         self.gate = Router(hidden_size, num_experts)

@@ -98,13 +98,10 @@ class DecoderLayer(nn.Module):
         # mixture of experts' input goes to the bf16 router and to the experts' op, which quantizes inside:
         # nothing to fuse after its norm
         fp8 = config.quantization == "fp8"
-        small_batches_quantize = config.fp8_activations
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, fp8, small_batches_quantize)
+        eps, small_batches_quantize = config.rms_norm_eps, config.fp8_activations
+        self.input_layernorm = RMSNorm(config.hidden_size, eps, fp8, small_batches_quantize)
         self.post_attention_layernorm = RMSNorm(
-            config.hidden_size,
-            config.rms_norm_eps,
-            fp8 and not self.mlp_routes_tokens,
-            small_batches_quantize,
+            config.hidden_size, eps, fp8 and not self.mlp_routes_tokens, small_batches_quantize
         )
 
     def forward(self, positions, hidden_states, residual, meta: AttentionMetadata):

@@ -72,9 +72,9 @@ def gemm_config(m: int, n: int, num_sms: int) -> GemmConfig:
 
 def small_batch_config(n: int, k: int, num_sms: int) -> GemmConfig:
     """The launch shape of a batch of at most `SMALL_BATCH_MAX_ROWS` rows (computed transposed) against an
-    `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows
-    a program where that still leaves a program for nearly every SM, else 64 (the fp8 MMA's least); a
-    256-wide reduction slice three deep, or 128 four deep where the reduction is narrower. Not yet swept."""
+    `n x k` weight on a GPU of `num_sms` SMs: 128 weight rows a program where that still leaves a program
+    for nearly every SM, else 64 (the fp8 MMA's least); a 256-wide reduction slice three deep, or 128 four
+    deep where the reduction is narrower. Not yet swept."""
     block_n = 128 if triton.cdiv(n, 128) >= 0.9 * num_sms else 64
     block_k, num_stages = (256, 3) if k >= 1024 else (128, 4)
     return GemmConfig(SMALL_BATCH_MAX_ROWS, block_n, block_k, 4, num_stages)

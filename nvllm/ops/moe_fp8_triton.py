@@ -4,7 +4,7 @@ matmuls of `nvllm.ops.moe_triton` with nothing converted in their loops.
 `nvllm.ops.moe_triton` multiplies bf16 activations by fp8 weights, so every weight element it reads is
 converted to bf16 before its MMA: more work in the loop than the bytes it reads, at every batch size
 (experiments/results/2026-12-04-cpu-fp8-weight-conversion.md). Here both operands are e4m3:
-- the layer's input is quantized a scale per token (`quantize_rows`, one kernel, as the dense fp8 matmuls'
+- the layer's input is quantized a scale per token (`quantize_tokens`, one kernel, as the dense fp8 matmuls'
   activations are);
 - the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and tile of
   `FP8_INTERMEDIATE_GROUP` intermediate columns, which is all of the intermediate a program holds;
@@ -61,7 +61,7 @@ def quantized_e4m3(x, scale):
 
 
 @triton.jit
-def _quantize_rows_kernel(
+def _quantize_tokens_kernel(
     x_ptr, q_ptr, scale_ptr, width, stride_x, stride_q, BLOCK: tl.constexpr, PDL: tl.constexpr
 ):
     overlap_prior_kernel(PDL)
@@ -75,13 +75,13 @@ def _quantize_rows_kernel(
     tl.store(scale_ptr + row, scale)
 
 
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`nvllm.ops.fp8.quantize_rows(x)` of activations `[rows, width]`, one kernel: `(q, scale)`."""
+def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`nvllm.ops.fp8.quantize_tokens(x)` of activations `[tokens, width]`, one kernel: `(q, scale)`."""
     rows, width = x.shape
     q = torch.empty((rows, width), dtype=FP8, device=x.device)
     scale = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows:
-        _quantize_rows_kernel[(rows,)](
+        _quantize_tokens_kernel[(rows,)](
             x,
             q,
             scale,
@@ -257,7 +257,7 @@ def fp8_activation_pair_outputs(
     num_pairs = num_tokens * top_k
     gate_up, down = gate_up.contiguous(), down.contiguous()
     tiles = (sorted_pairs, tile_expert, topk_weights.flatten().contiguous(), block_m)
-    x_q, x_scale = quantize_rows(x.contiguous())
+    x_q, x_scale = quantize_tokens(x.contiguous())
     gate_up_config = fp8_activation_config(num_pairs, num_experts, gated=True)
     down_config = fp8_activation_config(num_pairs, num_experts, gated=False)
     assert gate_up_config.block_n == down_config.block_k == FP8_INTERMEDIATE_GROUP

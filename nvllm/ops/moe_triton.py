@@ -343,14 +343,16 @@ def aligned_experts(
     """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
     layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`), with
     `quantize_activations` on fp8 activations (`nvllm.ops.moe_fp8_triton`)."""
-    pair_outputs = fp8_activation_pair_outputs if quantize_activations else bf16_activation_pair_outputs
+    pair_outputs = (
+        fp8_activation_pair_outputs if quantize_activations else unquantized_activation_pair_outputs
+    )
     weighted = pair_outputs(
         x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
     )
     return sum_pairs(weighted, topk_weights.shape[1], x.dtype)
 
 
-def bf16_activation_pair_outputs(
+def unquantized_activation_pair_outputs(
     x: torch.Tensor,
     gate_up: torch.Tensor,
     down: torch.Tensor,

@@ -1,8 +1,8 @@
 """fp8 experts on fp8 activations (`model.fp8_activations`, `nvllm.ops.moe_fp8_triton`): the rounding to
 e4m3 the kernels do in fp32 against torch's conversion, every e4m3 value and every tie; the activations'
-quantization kernel against `nvllm.ops.fp8.quantize_rows`; the two grouped matmuls in Triton's interpreter at
-each launch shape against the torch reference; their main loops compiled for sm_90 on the fp8 tensor cores,
-nothing converted; the group quantization of the reference."""
+quantization kernel against `nvllm.ops.fp8.quantize_tokens`; the two grouped matmuls in Triton's interpreter
+at each launch shape against the torch reference; their main loops compiled for sm_90 on the fp8 tensor
+cores, nothing converted; the group quantization of the reference."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ generator = torch.Generator().manual_seed(0)
 x = torch.randn(5, 300, generator=generator) * torch.logspace(-3, 2, 5)[:, None]
 x[2] = 0
 for dtype in (torch.float32, torch.bfloat16):
-    q, scale = moe_fp8_triton.quantize_rows(x.to(dtype))
-    q_ref, scale_ref = fp8.quantize_rows(x.to(dtype))
+    q, scale = moe_fp8_triton.quantize_tokens(x.to(dtype))
+    q_ref, scale_ref = fp8.quantize_tokens(x.to(dtype))
     assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(scale, scale_ref)
 """
     )
@@ -101,7 +101,7 @@ def close(ours, label):
     torch.testing.assert_close(ours, expected, atol=atol, rtol=1e-5, msg=lambda m: f"{label}: {m}")
 
 
-x_q, x_scale = moe_fp8_triton.quantize_rows(x)
+x_q, x_scale = moe_fp8_triton.quantize_tokens(x)
 gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale)
 launches = {(gate_up, down) for _, gate_up, down in FP8_ACTIVATION_TILE_CONFIGS}
 for block_m in (16, 32, 64):
