@@ -9,7 +9,12 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 `--fp8-activations` has fp8 experts multiply fp8 activations (`nvllm.ops.moe_fp8_triton`, the input's
 quantization kernel included in the time).
 
-`python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]]`"""
+`--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
+(`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing, and routed in their kernels from
+the logits against the routing kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and
+at one and two tokens, each of its two kernels' launch shapes from a grid, the fastest printed to paste.
+
+`python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
 from __future__ import annotations
 
@@ -20,13 +25,18 @@ import torch
 
 from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops import moe_skinny_triton
 from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_routing import route
+from nvllm.ops.moe_skinny_triton import skinny_experts
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_triton import grouped_experts
 
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
+SKINNY_TOKENS = 8
+SKINNY_GRID = [(n, k, w, s) for n in (16, 32, 64) for k in (128, 256, 512) for w in (4,) for s in (3, 4)]
 
 
 def random_experts() -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,20 +62,59 @@ def expert_bytes(*stacked: torch.Tensor | None) -> int:
     return sum(t[0].numel() * t.element_size() for t in stacked if t is not None)
 
 
-def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`tokens` random hidden states, and their routing weights and experts from uniform random logits."""
+def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tokens` random hidden states, uniform random router logits, and their routing weights and experts."""
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
     logits = torch.randn(tokens, NUM_EXPERTS, device="cuda", dtype=torch.bfloat16)
     weights, ids = route(logits, TOP_K, renormalize=True)
-    return x, weights, ids
+    return x, logits, weights, ids
 
 
-def main(fp8: bool, fp8_activations: bool = False) -> None:
+def routed_then_grouped(x, gate_up, down, logits, *scales):
+    """`nvllm::routed_experts`' grouped way: the routing kernel, then the sort and the grouped matmuls."""
+    weights, ids = route_tokens(logits, None, TOP_K, True)
+    return grouped_experts(x, gate_up, down, weights, ids, *scales)
+
+
+def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
+    """The skinny experts' µs given the routing, and routed in their kernels against the routing kernel
+    followed by the grouped path."""
+    quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
+    given = time_us(partial(skinny_experts, x, gate_up, down, TOP_K, routing=(weights, ids), **quantized))
+    here = time_us(partial(skinny_experts, x, gate_up, down, TOP_K, router_logits=logits, **quantized))
+    grouped = time_us(partial(routed_then_grouped, x, gate_up, down, logits, *scales))
+    return f"skinny {given:6.1f} us; routed in the kernels {here:6.1f} us against {grouped:6.1f} us"
+
+
+def sweep_skinny_launches(gate_up, down, scales) -> None:
+    """Each skinny kernel's launch shapes of `SKINNY_GRID` at one and two tokens, the other kernel at its
+    table's; the fastest summed over both, printed to paste."""
+    best = {}
+    for name in ("GATE_UP_LAUNCH", "DOWN_LAUNCH"):
+        chosen = getattr(moe_skinny_triton, name)
+        timed = []
+        for launch in SKINNY_GRID:
+            setattr(moe_skinny_triton, name, launch)
+            total = 0.0
+            for tokens in (1, 2):
+                x, logits, weights, ids = routed_batch(tokens)
+                quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
+                run = partial(skinny_experts, x, gate_up, down, TOP_K, routing=(weights, ids), **quantized)
+                total += time_us(run)
+            timed.append((total, launch))
+            print(f"{name} {launch}: {total:6.1f} us at 1 + 2 tokens", flush=True)
+        setattr(moe_skinny_triton, name, chosen)
+        best[name] = min(timed)
+    for name, (total, launch) in best.items():
+        print(f"{name} = {launch}  # {total:.1f} us at 1 + 2 tokens")
+
+
+def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None:
     torch.manual_seed(0)
     gate_up, down, *scales = layer_experts(fp8)
     one_expert = expert_bytes(gate_up, down, *scales)
     for tokens in TOKENS:
-        x, weights, ids = routed_batch(tokens)
+        x, logits, weights, ids = routed_batch(tokens)
         touched = ids.unique().numel()
         expected = NUM_EXPERTS * (1 - (1 - TOP_K / NUM_EXPERTS) ** tokens)
         us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids, *scales, fp8_activations))
@@ -78,11 +127,16 @@ def main(fp8: bool, fp8_activations: bool = False) -> None:
             f"{gb / us * 1e3:5.2f} TB/s, {tflops:6.1f} TFLOP/s",
             flush=True,
         )
+        if skinny and tokens <= SKINNY_TOKENS:
+            print(f"      {skinny_times(x, gate_up, down, logits, weights, ids, scales)}", flush=True)
+    if skinny:
+        sweep_skinny_launches(gate_up, down, scales)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fp8_arguments(parser, "experts", activations=True)
+    parser.add_argument("--skinny", action="store_true", help="the skinny experts beside (few tokens)")
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    main(args.fp8, args.fp8_activations)
+    main(args.fp8, args.fp8_activations, args.skinny)

@@ -95,11 +95,17 @@ def fused_experts(
     down_scale: torch.Tensor | None = None,
     quantize_activations: bool = False,
 ) -> torch.Tensor:
-    """`experts_reference`'s result; on CUDA from the Triton grouped matmuls."""
+    """`experts_reference`'s result; on CUDA from the Triton grouped matmuls, or for a few tokens the
+    skinny experts (`nvllm.ops.moe_skinny_triton`)."""
     quantized = (gate_up_scale, down_scale, quantize_activations)
     if x.is_cuda:
+        from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
         from nvllm.ops.moe_triton import grouped_experts
 
+        if takes_skinny_experts(x.shape[0], quantize_activations):
+            scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
+            routing = (topk_weights, topk_ids)
+            return skinny_experts(x, gate_up, down, topk_ids.shape[1], routing=routing, **scales)
         return grouped_experts(x, gate_up, down, topk_weights, topk_ids, *quantized)
     return experts_reference(x, gate_up, down, topk_weights, topk_ids, *quantized)
 

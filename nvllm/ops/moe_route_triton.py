@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.moe_route_tokens_triton import route_tokens
+from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_topk_triton import route_block, store_routing
 from nvllm.ops.moe_triton import (
@@ -165,12 +166,17 @@ def routed_experts(
     down_scale: torch.Tensor | None = None,
     quantize_activations: bool = False,
 ) -> torch.Tensor:
-    """`nvllm::routed_experts` on CUDA: the batch routed by the fused kernel where it fits, else by
-    `route_tokens` and `align_by_expert`; then the grouped matmuls (on fp8 experts with their scales, and
+    """`nvllm::routed_experts` on CUDA: a few tokens routed inside the skinny experts' kernels
+    (`nvllm.ops.moe_skinny_triton`); else the batch routed by the fused kernel where it fits, or by
+    `route_tokens` and `align_by_expert`, then the grouped matmuls (on fp8 experts with their scales, and
     with `quantize_activations` on fp8 activations)."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
+    if takes_skinny_experts(num_tokens, quantize_activations):
+        routing = dict(router_logits=router_logits, padding=padding, renormalize=renormalize)
+        scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
+        return skinny_experts(x, gate_up, down, top_k, **routing, **scales)
     block_m = row_tile(num_tokens * top_k, num_experts)
     if fits_fused_routing(num_tokens, num_experts):
         weights, _, sorted_pairs, tile_expert = route_and_align(

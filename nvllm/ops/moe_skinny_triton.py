@@ -1,0 +1,358 @@
+"""A few tokens' mixture-of-experts layer as two Triton kernels, without sorting the pairs by expert: the
+skinny matmul's idea (`nvllm.ops.skinny_matmul`) for experts.
+
+A single stream's MoE layer is latency, not bytes: the grouped path (`nvllm.ops.moe_triton`) runs the
+routing, the sort by expert, two grouped matmuls and the sum of each token's pairs, five or more launches
+for a few megabytes of weights. With a few tokens every (token, choice) pair is nearly always its own
+expert, so the sort buys nothing, and each pair can read its expert's rows directly:
+- gate/up: a program per pair and strip of intermediate columns; `silu(gate) * up` of the pair's token
+  against its expert's rows, written at the pair's row of an `[pairs, I]` intermediate, as the grouped
+  gate/up writes it;
+- down: a program per token and strip of output columns, through the token's k experts in choice order in
+  one loop, each slice's product times its expert's row scales and the pair's routing weight added in fp32,
+  rounded once at the end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32
+  sums), with no pair outputs in memory.
+The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
+program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule; a few hundred logits, cheaper than a
+launch): then the whole layer after the router is these two launches. Pairs that share an expert read it
+once each, so this path is for batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens. A pair of routing
+weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_follows_first`;
+their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
+add 0, or NaN where the expert's output is infinite, which the reference would carry).
+
+Weights in fp8 are converted in registers as the grouped matmuls convert them; activations stay in their
+dtype (with `model.fp8_activations` the grouped path serves every batch)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
+from nvllm.ops.moe_topk_triton import route_rows
+from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
+
+# The largest batch the skinny path serves; 0 turns it off (every batch takes the grouped matmuls).
+SKINNY_EXPERTS_MAX_TOKENS = 0
+
+# a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
+ROWS = tl.constexpr(16)
+GATE_UP_LAUNCH = (32, 256, 4, 4)  # BLOCK_N, BLOCK_K, num_warps, num_stages
+DOWN_LAUNCH = (16, 256, 4, 3)
+
+
+def takes_skinny_experts(num_tokens: int, quantize_activations: bool) -> bool:
+    """Whether a batch of `num_tokens` takes this path."""
+    return 0 < num_tokens <= SKINNY_EXPERTS_MAX_TOKENS and not quantize_activations
+
+
+@triton.jit
+def _token_routing(
+    token,
+    logits_ptr,
+    stride_logits,
+    topk_weights_ptr,
+    topk_ids_ptr,
+    padding_ptr,
+    num_tokens,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    ROUTE_HERE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+):
+    """A token's routing weights (fp32, rounded to the routing's dtype first, as `route_step` returns them)
+    and experts `[TOP_K_POW2]`: routed here from its logits (a padding token's weights 0), or read from
+    `route_step`'s result."""
+    choices = tl.arange(0, TOP_K_POW2)
+    if ROUTE_HERE:
+        weights, ids = route_rows(
+            logits_ptr,
+            stride_logits,
+            token,
+            num_tokens,
+            1,
+            NUM_EXPERTS,
+            EXPERTS_POW2,
+            TOP_K,
+            TOP_K_POW2,
+            RENORMALIZE,
+        )
+        weights = tl.sum(weights, 0).to(logits_ptr.dtype.element_ty).to(tl.float32)
+        ids = tl.sum(ids, 0)
+        if HAS_PADDING:
+            weights = tl.where(tl.load(padding_ptr + token) != 0, 0.0, weights)
+    else:
+        chosen = choices < TOP_K
+        weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
+        ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
+    return weights, ids
+
+
+@triton.jit
+def _chosen(values, choice, TOP_K_POW2: tl.constexpr):
+    """`values[choice]` of a `[TOP_K_POW2]` register tensor."""
+    return tl.sum(tl.where(tl.arange(0, TOP_K_POW2) == choice, values, 0), 0)
+
+
+@triton.jit
+def _padded_row(row_ptr, ks, k_inside):
+    """The `ks` columns of the row at `row_ptr` as row 0 of a `[ROWS, len(ks)]` tile of zeros."""
+    first = (tl.arange(0, ROWS) == 0)[:, None]
+    return tl.load(
+        tl.broadcast_to(row_ptr + ks[None, :], (ROWS, ks.shape[0])), first & k_inside[None, :], 0.0
+    )
+
+
+@triton.jit
+def _first_row_store(row_ptr, columns, values, inside):
+    """Row 0 of the `[ROWS, len(columns)]` tile `values` stored at the `columns` of the row at `row_ptr`."""
+    first = (tl.arange(0, ROWS) == 0)[:, None]
+    pointers = tl.broadcast_to(row_ptr + columns[None, :], (ROWS, columns.shape[0]))
+    tl.store(pointers, values.to(row_ptr.dtype.element_ty), first & inside[None, :])
+
+
+@triton.jit
+def _skinny_gate_up_kernel(
+    x_ptr,  # [T, H]
+    w_ptr,  # [E, 2I, H]: gate rows, then up rows
+    w_scale_ptr,  # [E, 2I] where SCALED
+    out_ptr,  # [T * TOP_K, I]
+    logits_ptr,
+    topk_weights_ptr,
+    topk_ids_ptr,
+    padding_ptr,
+    num_tokens,
+    N,
+    K,
+    stride_x,
+    stride_logits,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_out,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    ROUTE_HERE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+    SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    wait_for_prior_kernel(PDL)  # the logits (or the routing) and x are the kernels' before
+    pair = tl.program_id(0)
+    token = pair // TOP_K
+    weights, ids = _token_routing(
+        token,
+        logits_ptr,
+        stride_logits,
+        topk_weights_ptr,
+        topk_ids_ptr,
+        padding_ptr,
+        num_tokens,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+        ROUTE_HERE,
+        HAS_PADDING,
+    )
+    if _chosen(weights, pair % TOP_K, TOP_K_POW2) == 0:  # a pair that adds nothing reads nothing
+        launch_next_kernel(PDL)
+        return
+    expert = _chosen(ids, pair % TOP_K, TOP_K_POW2).to(tl.int64)
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    w_expert = w_ptr + expert * stride_we
+    acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    acc_up = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_inside = ks < K
+        a = _padded_row(x_ptr + token * stride_x, ks, k_inside)
+        w_mask = k_inside[:, None] & inside[None, :]
+        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0)
+        acc = tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS), acc)
+        w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
+        acc_up = tl.dot(a, to_dot_dtype(w_up, a.dtype, MOVE_BITS), acc_up)
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    if SCALED:  # a row's scale comes out of its dot products (nvllm.ops.fp8)
+        scales = w_scale_ptr + expert * stride_se + columns
+        acc = acc * tl.load(scales, inside, 0.0)[None, :]
+        acc_up = acc_up * tl.load(scales + N, inside, 0.0)[None, :]
+    _first_row_store(out_ptr + pair * stride_out, columns, acc * tl.sigmoid(acc) * acc_up, inside)
+
+
+@triton.jit
+def _skinny_down_kernel(
+    a_ptr,  # [T * TOP_K, I]: the gate/up kernel's output
+    w_ptr,  # [E, H, I]
+    w_scale_ptr,  # [E, H] where SCALED
+    out_ptr,  # [T, H]
+    logits_ptr,
+    topk_weights_ptr,
+    topk_ids_ptr,
+    padding_ptr,
+    num_tokens,
+    N,
+    K,
+    stride_a,
+    stride_logits,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_out,
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    ROUTE_HERE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+    SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    wait_for_prior_kernel(PDL)  # the intermediate is the kernel's before
+    token = tl.program_id(0)
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    weights, ids = _token_routing(
+        token,
+        logits_ptr,
+        stride_logits,
+        topk_weights_ptr,
+        topk_ids_ptr,
+        padding_ptr,
+        num_tokens,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+        ROUTE_HERE,
+        HAS_PADDING,
+    )
+    # one loop over the k experts' slices, so that the pipeline runs through from one expert to the next;
+    # each slice's product is scaled by its expert's row scales and the pair's weight as it is added
+    k_slices = tl.cdiv(K, BLOCK_K)
+    total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for step in range(0, TOP_K * k_slices):
+        choice = step // k_slices
+        ks = (step % k_slices) * BLOCK_K + tl.arange(0, BLOCK_K)
+        weight = _chosen(weights, choice, TOP_K_POW2)
+        # a pair of weight 0 was skipped by gate/up, its row unwritten: neither it nor its expert is read
+        k_inside = ks < tl.where(weight != 0, K, 0)
+        expert = _chosen(ids, choice, TOP_K_POW2).to(tl.int64)
+        a = _padded_row(a_ptr + (token * TOP_K + choice).to(tl.int64) * stride_a, ks, k_inside)
+        w_tile = w_ptr + expert * stride_we + columns[None, :] * stride_wn + ks[:, None]
+        w = tl.load(w_tile, k_inside[:, None] & inside[None, :], 0.0)
+        factor = tl.broadcast_to(weight, (BLOCK_N,))
+        if SCALED:
+            factor = factor * tl.load(w_scale_ptr + expert * stride_se + columns, inside, 0.0)
+        total += tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS)) * factor[None, :]
+    launch_next_kernel(PDL)
+    _first_row_store(out_ptr + token * stride_out, columns, total, inside)
+
+
+def skinny_experts(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    top_k: int,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
+    router_logits: torch.Tensor | None = None,
+    padding: torch.Tensor | None = None,
+    renormalize: bool = True,
+    gate_up_scale: torch.Tensor | None = None,
+    down_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`experts_reference`'s result for a few tokens `x` `[T, H]` from two launches: with `routing` (the
+    step's `(weights, ids)`, `route_step`'s), or routed in the kernels from `router_logits` `[T, E]`,
+    `padding` and `renormalize` as `route_step` routes (padding rows come out zero). fp8 experts come with
+    their row scales."""
+    assert (routing is None) != (router_logits is None), "the routing, or the logits to route by"
+    num_tokens, hidden = x.shape
+    num_experts, intermediate = gate_up.shape[0], down.shape[2]
+    out = torch.empty_like(x)
+    if num_tokens == 0:
+        return out
+    x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
+    route_here = routing is None
+    if route_here:
+        logits = router_logits.contiguous()
+        topk_weights = topk_ids = logits
+    else:
+        topk_weights, topk_ids = (part.contiguous() for part in routing)
+        logits = topk_weights
+    # routed here, padding tokens get weight 0; a given routing has them at weight 0 already
+    padding_mask = padding.view(torch.uint8) if route_here and padding is not None else None
+    shared = (logits, topk_weights, topk_ids, x if padding_mask is None else padding_mask, num_tokens)
+    flags = dict(
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=triton.next_power_of_2(num_experts),
+        TOP_K=top_k,
+        TOP_K_POW2=triton.next_power_of_2(top_k),
+        RENORMALIZE=renormalize,
+        ROUTE_HERE=route_here,
+        HAS_PADDING=padding_mask is not None,
+        MOVE_BITS=moves_bits(gate_up, x),
+        **pdl_launch(x.device),
+    )
+    activated = x.new_empty((num_tokens * top_k, intermediate))
+    block_n, block_k, warps, stages = GATE_UP_LAUNCH
+    _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
+        x,
+        gate_up,
+        gate_up if gate_up_scale is None else gate_up_scale,
+        activated,
+        *shared,
+        intermediate,
+        hidden,
+        x.stride(0),
+        logits.stride(0),
+        gate_up.stride(0),
+        gate_up.stride(1),
+        0 if gate_up_scale is None else gate_up_scale.stride(0),
+        activated.stride(0),
+        SCALED=gate_up_scale is not None,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        num_warps=warps,
+        num_stages=stages,
+        **flags,
+    )
+    block_n, block_k, warps, stages = DOWN_LAUNCH
+    _skinny_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
+        activated,
+        down,
+        down if down_scale is None else down_scale,
+        out,
+        *shared,
+        hidden,
+        intermediate,
+        activated.stride(0),
+        logits.stride(0),
+        down.stride(0),
+        down.stride(1),
+        0 if down_scale is None else down_scale.stride(0),
+        out.stride(0),
+        SCALED=down_scale is not None,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        num_warps=warps,
+        num_stages=stages,
+        **flags,
+    )
+    return out
