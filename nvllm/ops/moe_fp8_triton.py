@@ -152,8 +152,10 @@ def _grouped_fp8_matmul_kernel(
         w = tl.load(w_expert + columns[:, None] * stride_wn + ks[None, :], w_mask, 0.0)
         if GATED:
             w_up = tl.load(w_expert + (columns[:, None] + N) * stride_wn + ks[None, :], w_mask, 0.0)
-            acc = tl.dot(w, a, acc)
-            acc_up = tl.dot(w_up, a, acc_up)
+            # each tile's products added to the sum in fp32: Hopper's fp8 MMA accumulates in less than
+            # fp32, which over the whole hidden size moves the result by about as much as quantizing does
+            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
+            acc_up = tl.dot(w_up, a, acc_up, max_num_imprecise_acc=BLOCK_K)
         else:  # each group's products scaled as they are added
             group_scale = tl.load(a_scale_ptr + (k0 // BLOCK_K) * stride_as + slots)
             acc += tl.dot(w, a) * group_scale[None, :]
