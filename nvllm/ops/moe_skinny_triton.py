@@ -33,8 +33,10 @@ from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.moe_topk_triton import route_rows
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
-# The largest batch the skinny path serves; 0 turns it off (every batch takes the grouped matmuls).
-SKINNY_EXPERTS_MAX_TOKENS = 0
+# The largest batch the skinny path serves; 0 turns it off (every batch takes the grouped matmuls). Two
+# tokens: the graph a single stream runs in (one token and its padding); timed on fp8 experts only, so bf16
+# experts keep the grouped path (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
+SKINNY_EXPERTS_MAX_TOKENS = 2
 
 # a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
 ROWS = tl.constexpr(16)
@@ -42,9 +44,10 @@ GATE_UP_LAUNCH = (32, 256, 4, 4)  # BLOCK_N, BLOCK_K, num_warps, num_stages
 DOWN_LAUNCH = (16, 256, 4, 3)
 
 
-def takes_skinny_experts(num_tokens: int, quantize_activations: bool) -> bool:
-    """Whether a batch of `num_tokens` takes this path."""
-    return 0 < num_tokens <= SKINNY_EXPERTS_MAX_TOKENS and not quantize_activations
+def takes_skinny_experts(num_tokens: int, fp8_experts: bool, quantize_activations: bool) -> bool:
+    """Whether a batch of `num_tokens` takes this path: a few tokens, on fp8 experts multiplying the
+    activations as they are."""
+    return 0 < num_tokens <= SKINNY_EXPERTS_MAX_TOKENS and fp8_experts and not quantize_activations
 
 
 @triton.jit

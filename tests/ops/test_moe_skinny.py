@@ -51,22 +51,34 @@ for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
     here = skinny_experts(x, gate_up_q, down_q, top_k, **routed, **scales)
     torch.testing.assert_close(given, expected, **within)
     torch.testing.assert_close(here, expected, **within)
+# nvllm::routed_experts' CUDA path hands a single token of fp8 experts to them, and the result is theirs
+from nvllm.ops import moe_route_triton
+calls = []
+skinny = moe_route_triton.skinny_experts
+moe_route_triton.skinny_experts = lambda *args, **kwargs: calls.append(1) or skinny(*args, **kwargs)
+routing = (logits[:1], None, top_k, renormalize)
+routed = moe_route_triton.routed_experts(x[:1], gate_up_q, down_q, *routing, *scales.values())
+assert calls == [1]
+torch.testing.assert_close(routed, here[:1], atol=0, rtol=0)
 """
     )
 
 
 def test_the_cuda_entry_points_take_the_skinny_experts_up_to_their_limit(monkeypatch):
-    """`nvllm::fused_experts`' and `nvllm::routed_experts`' CUDA paths give the skinny experts the batches
-    of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens, never fp8 activations, and 0 turns them off."""
+    """The CUDA paths give the skinny experts the batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens on
+    fp8 experts (the only ones timed), never fp8 activations, and 0 turns them off; by default a single
+    stream's graph (one token and its padding) takes them."""
     pytest.importorskip("triton")
     from nvllm.ops import moe_skinny_triton
 
-    monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", 4)
     takes = moe_skinny_triton.takes_skinny_experts
-    assert takes(1, False) and takes(4, False)
-    assert not takes(0, False) and not takes(5, False) and not takes(1, True)
+    assert takes(1, True, False) and takes(2, True, False) and not takes(3, True, False)
+    monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", 4)
+    assert takes(4, True, False)
+    assert not takes(0, True, False) and not takes(5, True, False)
+    assert not takes(1, False, False) and not takes(1, True, True)
     monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", 0)
-    assert not takes(1, False)
+    assert not takes(1, True, False)
 
 
 @pytest.mark.gpu
