@@ -13,8 +13,8 @@ expert, so the sort buys nothing, and each pair can read its expert's rows direc
   rounded once at the end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32
   sums), with no pair outputs in memory.
 The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
-program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule; a few hundred logits, cheaper than a
-launch): then the whole layer after the router is these two launches. Pairs that share an expert read it
+program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits): then the
+whole layer after the router is these two launches. Pairs that share an expert read it
 once each, so this path is for batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens. A pair of routing
 weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_follows_first`;
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
