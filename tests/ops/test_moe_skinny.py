@@ -64,10 +64,11 @@ torch.testing.assert_close(routed, here[:1], atol=0, rtol=0)
     )
 
 
-def test_the_cuda_entry_points_take_the_skinny_experts_up_to_their_limit(monkeypatch):
-    """The CUDA paths give the skinny experts the batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens on
-    fp8 experts (the only ones timed), never fp8 activations, and 0 turns them off; by default a single
-    stream's graph (one token and its padding) takes them."""
+def test_the_skinny_experts_take_a_few_tokens_of_fp8_experts_only(monkeypatch):
+    """The rule both CUDA entry points ask (`takes_skinny_experts`): batches of at most
+    `SKINNY_EXPERTS_MAX_TOKENS` tokens on fp8 experts (the only ones timed), never fp8 activations, and 0
+    turns the path off; by default a single stream's graph (one token and its padding) takes it. That
+    `nvllm::routed_experts` follows it is checked in the interpreter above."""
     pytest.importorskip("triton")
     from nvllm.ops import moe_skinny_triton
 
