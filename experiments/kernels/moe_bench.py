@@ -89,13 +89,15 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:
     """Each skinny kernel's launch shapes of `SKINNY_GRID` at one and two tokens, the other kernel at its
-    table's; the fastest summed over both, printed to paste."""
+    table's; the fastest summed over both, printed to paste into the table's entry for these weights."""
     best = {}
+    weight_bytes = gate_up.element_size()
     for name in ("GATE_UP_LAUNCH", "DOWN_LAUNCH"):
-        chosen = getattr(moe_skinny_triton, name)
+        table = getattr(moe_skinny_triton, name)
+        chosen = table[weight_bytes]
         timed = []
         for launch in SKINNY_GRID:
-            setattr(moe_skinny_triton, name, launch)
+            table[weight_bytes] = launch
             total = 0.0
             try:
                 for tokens in (1, 2):
@@ -108,11 +110,11 @@ def sweep_skinny_launches(gate_up, down, scales) -> None:
             except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
                 continue
             timed.append((total, launch))
-            print(f"{name} {launch}: {total:6.1f} us at 1 + 2 tokens", flush=True)
-        setattr(moe_skinny_triton, name, chosen)
+            print(f"{name}[{weight_bytes}] {launch}: {total:6.1f} us at 1 + 2 tokens", flush=True)
+        table[weight_bytes] = chosen
         best[name] = min(timed)
     for name, (total, launch) in best.items():
-        print(f"{name} = {launch}  # {total:.1f} us at 1 + 2 tokens")
+        print(f"{name}[{weight_bytes}] = {launch}  # {total:.1f} us at 1 + 2 tokens")
 
 
 def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None:

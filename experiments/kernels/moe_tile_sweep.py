@@ -285,17 +285,17 @@ def print_table(
     for band, (most, *current) in enumerate(current_table):
         counts = [t for t in token_counts if config_band(t * TOP_K, NUM_EXPERTS) == band]
         chosen = []
-        for name, table in zip(MATMULS, current):
+        for matmul, table in zip(MATMULS, current):
             if not counts:
                 chosen.append(table)
                 continue
-            timed = [results[(t, name)] for t in counts]
+            timed = [results[(t, matmul)] for t in counts]
             common = set.intersection(*(set(times) for times in timed))
             best = min(common, key=lambda c: sum(times[c] for times in timed))
             total = sum(times[best] for times in timed)
             was = sum(times.get(table, math.nan) for times in timed)
             print(
-                f"band <= {most}: tokens {counts} {name}: {launch(best)} {total:.1f} us, table's {was:.1f} us"
+                f"band <= {most}: tokens {counts} {matmul}: {launch(best)} {total:.1f} us, table's {was:.1f} us"
             )
             chosen.append(best)
         most_text = "math.inf" if math.isinf(most) else repr(most)

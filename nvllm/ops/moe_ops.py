@@ -102,7 +102,7 @@ def fused_experts(
         from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
         from nvllm.ops.moe_triton import grouped_experts
 
-        if takes_skinny_experts(x.shape[0], gate_up_scale is not None, quantize_activations):
+        if takes_skinny_experts(x.shape[0], gate_up.element_size(), quantize_activations):
             scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
             routing = (topk_weights, topk_ids)
             return skinny_experts(x, gate_up, down, topk_ids.shape[1], routing=routing, **scales)

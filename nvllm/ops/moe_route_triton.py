@@ -173,7 +173,7 @@ def routed_experts(
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
-    if takes_skinny_experts(num_tokens, gate_up_scale is not None, quantize_activations):
+    if takes_skinny_experts(num_tokens, gate_up.element_size(), quantize_activations):
         routing = dict(router_logits=router_logits, padding=padding, renormalize=renormalize)
         scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
         return skinny_experts(x, gate_up, down, top_k, **routing, **scales)

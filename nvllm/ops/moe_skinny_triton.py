@@ -33,21 +33,25 @@ from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.moe_topk_triton import route_rows
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
-# The largest batch the skinny path serves; 0 turns it off (every batch takes the grouped matmuls). Two
-# tokens: the graph a single stream runs in (one token and its padding); timed on fp8 experts only, so bf16
-# experts keep the grouped path (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
-SKINNY_EXPERTS_MAX_TOKENS = 2
+# The largest batch the skinny path serves, by the bytes of an expert weight (1: fp8, 2: bf16); 0 turns it
+# off (every batch takes the grouped matmuls). Two tokens: the graph a single stream runs in (one token and
+# its padding). bf16 experts keep the grouped path until timed
+# (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
+SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 
 # a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
 ROWS = tl.constexpr(16)
-GATE_UP_LAUNCH = (32, 256, 4, 4)  # BLOCK_N, BLOCK_K, num_warps, num_stages
-DOWN_LAUNCH = (16, 256, 4, 3)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight; fp32 (the interpreter's tests)
+# takes bf16's
+GATE_UP_LAUNCH = {1: (32, 256, 4, 4), 2: (32, 256, 4, 4)}
+DOWN_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 3)}
 
 
-def takes_skinny_experts(num_tokens: int, fp8_experts: bool, quantize_activations: bool) -> bool:
-    """Whether a batch of `num_tokens` takes this path: a few tokens, on fp8 experts multiplying the
-    activations as they are."""
-    return 0 < num_tokens <= SKINNY_EXPERTS_MAX_TOKENS and fp8_experts and not quantize_activations
+def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
+    """Whether a batch of `num_tokens` takes this path: a few tokens, on experts whose weights take
+    `weight_bytes` an element, multiplying the activations as they are."""
+    limit = SKINNY_EXPERTS_MAX_TOKENS.get(weight_bytes, 0)
+    return 0 < num_tokens <= limit and not quantize_activations
 
 
 @triton.jit
@@ -314,7 +318,7 @@ def skinny_experts(
         **pdl_launch(x.device),
     )
     activated = x.new_empty((num_tokens * top_k, intermediate))
-    block_n, block_k, warps, stages = GATE_UP_LAUNCH
+    block_n, block_k, warps, stages = GATE_UP_LAUNCH[min(gate_up.element_size(), 2)]
     _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
         x,
         gate_up,
@@ -336,7 +340,7 @@ def skinny_experts(
         num_stages=stages,
         **flags,
     )
-    block_n, block_k, warps, stages = DOWN_LAUNCH
+    block_n, block_k, warps, stages = DOWN_LAUNCH[min(down.element_size(), 2)]
     _skinny_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
         activated,
         down,

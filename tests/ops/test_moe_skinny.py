@@ -64,22 +64,23 @@ torch.testing.assert_close(routed, here[:1], atol=0, rtol=0)
     )
 
 
-def test_the_skinny_experts_take_a_few_tokens_of_fp8_experts_only(monkeypatch):
+def test_the_skinny_experts_take_a_few_tokens_by_the_experts_weight_dtype(monkeypatch):
     """The rule both CUDA entry points ask (`takes_skinny_experts`): batches of at most
-    `SKINNY_EXPERTS_MAX_TOKENS` tokens on fp8 experts (the only ones timed), never fp8 activations, and 0
-    turns the path off; by default a single stream's graph (one token and its padding) takes it. That
+    `SKINNY_EXPERTS_MAX_TOKENS[bytes an expert weight]` tokens, never fp8 activations, and 0 turns the path
+    off; by default a single stream's graph (one token and its padding) takes it on fp8 experts. That
     `nvllm::routed_experts` follows it is checked in the interpreter above."""
     pytest.importorskip("triton")
     from nvllm.ops import moe_skinny_triton
 
     takes = moe_skinny_triton.takes_skinny_experts
-    assert takes(1, True, False) and takes(2, True, False) and not takes(3, True, False)
-    monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", 4)
-    assert takes(4, True, False)
-    assert not takes(0, True, False) and not takes(5, True, False)
-    assert not takes(1, False, False) and not takes(1, True, True)
-    monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", 0)
-    assert not takes(1, True, False)
+    assert takes(1, 1, False) and takes(2, 1, False) and not takes(3, 1, False)
+    limits = {1: 4, 2: 1}
+    monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", limits)
+    assert takes(4, 1, False) and takes(1, 2, False)
+    assert not takes(0, 1, False) and not takes(5, 1, False) and not takes(2, 2, False)
+    assert not takes(1, 4, False) and not takes(1, 1, True)
+    limits[1] = 0
+    assert not takes(1, 1, False)
 
 
 @pytest.mark.gpu
