@@ -168,7 +168,7 @@ def matmul_of_batch(
     activations of `kind`), to be called with its `config`; the batch's row tile (`forced_tile` where
     given) and the number of experts it touches."""
     gate_up, down, gate_up_scale, down_scale = experts(kind != "bf16")
-    x, weights, ids = routed_batch(tokens)
+    x, _, weights, ids = routed_batch(tokens)
     num_pairs = tokens * TOP_K
     block_m = tile_rows(tokens, forced_tile)
     sorted_pairs, tile_expert = align_by_expert(ids, NUM_EXPERTS, block_m)
@@ -295,7 +295,8 @@ def print_table(
             total = sum(times[best] for times in timed)
             was = sum(times.get(table, math.nan) for times in timed)
             print(
-                f"band <= {most}: tokens {counts} {matmul}: {launch(best)} {total:.1f} us, table's {was:.1f} us"
+                f"band <= {most}: tokens {counts} {matmul}: {launch(best)} {total:.1f} us, "
+                f"table's {was:.1f} us"
             )
             chosen.append(best)
         most_text = "math.inf" if math.isinf(most) else repr(most)

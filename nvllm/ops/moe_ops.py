@@ -18,6 +18,18 @@ from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
 from nvllm.ops.op_library import inference_op, register_fake
 
+# With `model.fp8_activations`, the experts quantize their activations in batches of at least this many
+# tokens (prefill, where the fp8 tensor cores' rate pays); smaller batches (decode) multiply their bf16
+# activations by the converted fp8 weights, which were as fast at 512 tokens and faster below
+# (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md).
+FP8_ACTIVATIONS_MIN_TOKENS = 1024
+
+
+def quantizes_activations(num_tokens: int, fp8_activations: bool) -> bool:
+    """Whether the experts multiply quantized activations in a batch of `num_tokens`, `model.fp8_activations`
+    being `fp8_activations`: on CUDA and the CPU alike, so that the reference computes what the kernels do."""
+    return fp8_activations and num_tokens >= FP8_ACTIVATIONS_MIN_TOKENS
+
 
 def expert_matmul(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, expert: int):
     """`x @ weight[expert]ᵀ`; with `scales` (fp8 experts) as `nvllm.ops.fp8` multiplies by a quantized
@@ -96,7 +108,9 @@ def fused_experts(
     quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`experts_reference`'s result; on CUDA from the Triton grouped matmuls, or for a few tokens the
-    skinny experts (`nvllm.ops.moe_skinny_triton`)."""
+    skinny experts (`nvllm.ops.moe_skinny_triton`). `quantize_activations` (`model.fp8_activations`) holds
+    for batches `quantizes_activations` says."""
+    quantize_activations = quantizes_activations(x.shape[0], quantize_activations)
     quantized = (gate_up_scale, down_scale, quantize_activations)
     if x.is_cuda:
         from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
@@ -132,6 +146,7 @@ def routed_experts(
 ) -> torch.Tensor:
     """`fused_experts` of `route_step(router_logits, padding, top_k, renormalize)`'s routing, the routing
     inside the op: on CUDA by Triton kernels (`model.moe_routing_kernel`), one in all for a small batch."""
+    quantize_activations = quantizes_activations(x.shape[0], quantize_activations)
     quantized = (gate_up_scale, down_scale, quantize_activations)
     if x.is_cuda:
         from nvllm.ops.moe_route_triton import routed_experts as routed_on_cuda

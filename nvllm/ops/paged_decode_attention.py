@@ -319,11 +319,10 @@ def dot_dtype(query_dtype: torch.dtype, cache_dtype: torch.dtype) -> tl.dtype:
     return {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[query_dtype]
 
 
-# An fp8 cache read as pairs of elements, each dot split into the head's even and odd dimensions. Off until
-# the GPU measures it against `STAGE_FP8_VALUES`'s conversions (`decode_attention_bench --fp8`): it compiles
-# to fewer instructions and less shared memory, which is not yet time
-# (experiments/results/2026-12-05-h200-decode-pipeline.md).
-FP8_ELEMENT_PAIRS = False
+# An fp8 cache read as pairs of elements, each dot split into the head's even and odd dimensions: every
+# operand from a 16-bit load, fewer instructions and less shared memory than the dots' own fp8 layouts,
+# and faster (experiments/results/2026-12-05-h100-fp8-decode-pairs.md).
+FP8_ELEMENT_PAIRS = True
 STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout (the bench's comparison)
 # The grid's fastest axis, the order programs start in. KV heads first: a row's heads run side by side and
 # read each token's KV, all heads of it adjacent in the cache, at about the same time; rows first: the

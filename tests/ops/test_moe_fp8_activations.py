@@ -155,3 +155,40 @@ def test_groups_are_quantized_each_on_its_own_scale():
     back = dequantize_groups(q, scale, 64)
     smallest = scale.repeat_interleave(64, 1)[:, :150] * 2**-6
     assert ((back - x).abs() <= torch.maximum(x.abs() * 2**-4, smallest)).all()
+
+
+@pytest.mark.parametrize("op", ["fused_experts", "routed_experts"])
+def test_the_experts_quantize_activations_from_the_batch_size_the_rule_names(monkeypatch, op):
+    """`model.fp8_activations` quantizes the experts' activations in batches of at least
+    `FP8_ACTIVATIONS_MIN_TOKENS` tokens (prefill); smaller ones (decode) multiply them unquantized. Both ops
+    follow the rule off CUDA too, so that the reference computes what the kernels do."""
+    from nvllm.ops import moe_ops
+    from nvllm.ops.fp8 import quantize_rows
+    from nvllm.ops.moe_routing import route
+
+    generator = torch.Generator().manual_seed(0)
+    tokens, experts, top_k, hidden, intermediate = 6, 4, 2, 32, 128
+    x = torch.randn(tokens, hidden, generator=generator)
+    gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5
+    down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+    logits = torch.randn(tokens, experts, generator=generator)
+    weights, ids = route(logits, top_k, renormalize=True)
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+    fp8 = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
+
+    def reference(rows: int, quantized: bool) -> torch.Tensor:
+        args = (x[:rows], gate_up_q, down_q, weights[:rows], ids[:rows])
+        return moe_ops.experts_reference(*args, **fp8, quantize_activations=quantized)
+
+    def ours(rows: int) -> torch.Tensor:
+        if op == "fused_experts":
+            args = (x[:rows], gate_up_q, down_q, weights[:rows], ids[:rows])
+            return moe_ops.fused_experts(*args, **fp8, quantize_activations=True)
+        args = (x[:rows], gate_up_q, down_q, logits[:rows], None, top_k, True)
+        return moe_ops.routed_experts(*args, **fp8, quantize_activations=True)
+
+    monkeypatch.setattr(moe_ops, "FP8_ACTIVATIONS_MIN_TOKENS", 4)
+    assert not torch.equal(reference(6, True), reference(6, False))  # the activations' rounding shows
+    torch.testing.assert_close(ours(3), reference(3, False), atol=0, rtol=0)
+    torch.testing.assert_close(ours(4), reference(4, True), atol=0, rtol=0)
+    torch.testing.assert_close(ours(6), reference(6, True), atol=0, rtol=0)
