@@ -23,6 +23,7 @@ from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.presets import PRESETS
 from nvllm.models.qwen3_moe import Qwen3MoeForCausalLM, is_sparse_layer
 from nvllm.models.weights import hf_parameter_shapes, load_weights, parameter_bytes, random_tensors
+from nvllm.ops import moe_ops
 from nvllm.ops.fp8 import FP8, quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import padding_follows_first, route
@@ -307,9 +308,14 @@ def reference_experts_on_fp8_activations(hf: torch.nn.Module) -> None:
         module.forward = forward
 
 
-def test_fp8_activations_compute_what_transformers_does_with_the_reference_experts(moe_checkpoint):
-    """`model.fp8_activations`: the engine's sparse layers on fp8 activations (the reference experts), its
-    attention projections and dense layer on inputs quantized a scale per token, the router as before."""
+def test_fp8_activations_compute_what_transformers_does_with_the_reference_experts(
+    moe_checkpoint, monkeypatch
+):
+    """`model.fp8_activations`: the engine's sparse layers on fp8 activations (the reference experts; every
+    batch size quantizing here, where the engine's rule has only prefill-sized batches of at least
+    `FP8_ACTIVATIONS_MIN_TOKENS` do, `tests/ops/test_moe_fp8_activations.py`), its attention projections and
+    dense layer on inputs quantized a scale per token, the router as before."""
+    monkeypatch.setattr(moe_ops, "FP8_ACTIVATIONS_MIN_TOKENS", 1)
     hf = transformers.Qwen3MoeForCausalLM.from_pretrained(str(moe_checkpoint), dtype=torch.float32).eval()
     with torch.no_grad():
         reference_experts_on_fp8_activations(hf)
