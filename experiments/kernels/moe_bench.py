@@ -19,6 +19,7 @@ at one and two tokens, each of its two kernels' launch shapes from a grid, the f
 from __future__ import annotations
 
 import argparse
+import itertools
 from functools import partial
 
 import torch
@@ -37,7 +38,13 @@ from nvllm.ops.moe_triton import grouped_experts
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
 SKINNY_TOKENS = 8
-SKINNY_GRID = [(n, k, w, s) for n in (16, 32, 64) for k in (128, 256, 512) for w in (4,) for s in (3, 4)]
+# each skinny kernel's launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages) to sweep. A down program
+# streams its token's k experts' slices one after another, so that its bytes in flight are its stages
+# times a slice: its grid reaches deeper pipelines and wider slices (1,024 masked to the 768 of an expert)
+SKINNY_GRIDS = {
+    "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
+    "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
+}
 
 
 def random_experts() -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,7 +95,7 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
 
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each skinny kernel's launch shapes of `SKINNY_GRID` at one and two tokens, the other kernel at its
+    """Each skinny kernel's launch shapes of `SKINNY_GRIDS` at one and two tokens, the other kernel at its
     table's; the fastest summed over both, printed to paste into the table's entry for these weights."""
     best = {}
     weight_bytes = gate_up.element_size()
@@ -96,7 +103,7 @@ def sweep_skinny_launches(gate_up, down, scales) -> None:
         table = getattr(moe_skinny_triton, name)
         chosen = table[weight_bytes]
         timed = []
-        for launch in SKINNY_GRID:
+        for launch in SKINNY_GRIDS[name]:
             table[weight_bytes] = launch
             total = 0.0
             try:
