@@ -13,8 +13,9 @@ expert, so the sort buys nothing, and each pair can read its expert's rows direc
   rounded once at the end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32
   sums), with no pair outputs in memory.
 The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
-program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits): then the
-whole layer after the router is these two launches. Pairs that share an expert read it
+gate/up program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits),
+the first strip's program of each pair writing it for the down kernel to read: then the whole layer after
+the router is these two launches, and only the first waits on the routing. Pairs that share an expert read it
 once each, so this path is for batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens. A pair of routing
 weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_follows_first`;
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
@@ -141,6 +142,8 @@ def _skinny_gate_up_kernel(
     stride_wn,
     stride_se,
     stride_out,
+    routed_weights_ptr,  # [T * TOP_K] fp32 where ROUTE_HERE: the routing, written for the down kernel
+    routed_ids_ptr,  # [T * TOP_K] int32 where ROUTE_HERE
     NUM_EXPERTS: tl.constexpr,
     EXPERTS_POW2: tl.constexpr,
     TOP_K: tl.constexpr,
@@ -173,10 +176,15 @@ def _skinny_gate_up_kernel(
         ROUTE_HERE,
         HAS_PADDING,
     )
-    if _chosen(weights, pair % TOP_K, TOP_K_POW2) == 0:  # a pair that adds nothing reads nothing
+    weight = _chosen(weights, pair % TOP_K, TOP_K_POW2)
+    expert = _chosen(ids, pair % TOP_K, TOP_K_POW2)
+    if ROUTE_HERE and tl.program_id(1) == 0:  # the pair's routing, so that the down kernel reads it
+        tl.store(routed_weights_ptr + pair, weight)
+        tl.store(routed_ids_ptr + pair, expert)
+    if weight == 0:  # a pair that adds nothing reads nothing
         launch_next_kernel(PDL)
         return
-    expert = _chosen(ids, pair % TOP_K, TOP_K_POW2).to(tl.int64)
+    expert = expert.to(tl.int64)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = columns < N
     w_expert = w_ptr + expert * stride_we
@@ -205,52 +213,31 @@ def _skinny_down_kernel(
     w_ptr,  # [E, H, I]
     w_scale_ptr,  # [E, H] where SCALED
     out_ptr,  # [T, H]
-    logits_ptr,
-    topk_weights_ptr,
-    topk_ids_ptr,
-    padding_ptr,
-    num_tokens,
+    topk_weights_ptr,  # [T, TOP_K]: given, or written by the gate/up kernel that routed
+    topk_ids_ptr,  # [T, TOP_K]
     N,
     K,
     stride_a,
-    stride_logits,
     stride_we,
     stride_wn,
     stride_se,
     stride_out,
-    NUM_EXPERTS: tl.constexpr,
-    EXPERTS_POW2: tl.constexpr,
     TOP_K: tl.constexpr,
     TOP_K_POW2: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    ROUTE_HERE: tl.constexpr,
-    HAS_PADDING: tl.constexpr,
     SCALED: tl.constexpr,
     MOVE_BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    wait_for_prior_kernel(PDL)  # the intermediate is the kernel's before
+    wait_for_prior_kernel(PDL)  # the intermediate (and the routing, where routed) is the kernel's before
     token = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = columns < N
-    weights, ids = _token_routing(
-        token,
-        logits_ptr,
-        stride_logits,
-        topk_weights_ptr,
-        topk_ids_ptr,
-        padding_ptr,
-        num_tokens,
-        NUM_EXPERTS,
-        EXPERTS_POW2,
-        TOP_K,
-        TOP_K_POW2,
-        RENORMALIZE,
-        ROUTE_HERE,
-        HAS_PADDING,
-    )
+    choices = tl.arange(0, TOP_K_POW2)
+    chosen = choices < TOP_K
+    weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
+    ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
     # one loop over the k experts' slices, so that the pipeline runs through from one expert to the next;
     # each slice's product is scaled by its expert's row scales and the pair's weight as it is added
     k_slices = tl.cdiv(K, BLOCK_K)
@@ -318,6 +305,14 @@ def skinny_experts(
         **pdl_launch(x.device),
     )
     activated = x.new_empty((num_tokens * top_k, intermediate))
+    # routed here, the gate/up kernel writes the routing it computed for the down kernel to read
+    if route_here:
+        routed = (
+            x.new_empty(num_tokens * top_k, dtype=torch.float32),
+            x.new_empty(num_tokens * top_k, dtype=torch.int32),
+        )
+    else:
+        routed = (topk_weights, topk_ids)
     block_n, block_k, warps, stages = GATE_UP_LAUNCH[min(gate_up.element_size(), 2)]
     _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
         x,
@@ -333,6 +328,7 @@ def skinny_experts(
         gate_up.stride(1),
         0 if gate_up_scale is None else gate_up_scale.stride(0),
         activated.stride(0),
+        *routed,
         SCALED=gate_up_scale is not None,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -346,20 +342,22 @@ def skinny_experts(
         down,
         down if down_scale is None else down_scale,
         out,
-        *shared,
+        *routed,
         hidden,
         intermediate,
         activated.stride(0),
-        logits.stride(0),
         down.stride(0),
         down.stride(1),
         0 if down_scale is None else down_scale.stride(0),
         out.stride(0),
+        TOP_K=top_k,
+        TOP_K_POW2=flags["TOP_K_POW2"],
         SCALED=down_scale is not None,
+        MOVE_BITS=flags["MOVE_BITS"],
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
         num_stages=stages,
-        **flags,
+        **pdl_launch(x.device),
     )
     return out
