@@ -15,7 +15,7 @@ expert, so the sort buys nothing, and each pair can read its expert's rows direc
 The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
 gate/up program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits),
 the first strip's program of each pair writing it for the down kernel to read: then the whole layer after
-the router is these two launches, and only the first waits on the routing. Pairs that share an expert read it
+the router is these two launches, routing once. Pairs that share an expert read it
 once each, so this path is for batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens. A pair of routing
 weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_follows_first`;
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
@@ -36,16 +36,18 @@ from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
 # The largest batch the skinny path serves, by the bytes of an expert weight (1: fp8, 2: bf16); 0 turns it
 # off (every batch takes the grouped matmuls). Two tokens: the graph a single stream runs in (one token and
-# its padding). bf16 experts keep the grouped path until timed
-# (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
+# its padding), faster on fp8 experts (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
+# bf16 experts keep the grouped path: their single stream was slower with the skinny ones
+# (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md).
 SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 
 # a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
 ROWS = tl.constexpr(16)
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight; fp32 (the interpreter's tests)
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s
+# fastest on the H100, but for fp8's down kernel, not yet swept to the end; fp32 (the interpreter's tests)
 # takes bf16's
-GATE_UP_LAUNCH = {1: (32, 256, 4, 4), 2: (32, 256, 4, 4)}
-DOWN_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 3)}
+GATE_UP_LAUNCH = {1: (32, 256, 4, 4), 2: (32, 128, 4, 3)}
+DOWN_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 4)}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
