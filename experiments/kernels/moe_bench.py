@@ -10,9 +10,10 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 quantization kernel included in the time).
 
 `--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
-(`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing, and routed in their kernels from
-the logits against the routing kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and
-at one and two tokens, each of its two kernels' launch shapes from a grid, the fastest printed to paste.
+(`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
+so that the down launch's share shows), and routed in their kernels from the logits against the routing
+kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one and two tokens, each of
+its two kernels' launch shapes from a grid, the fastest printed to paste.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
@@ -31,7 +32,7 @@ from nvllm.ops import moe_skinny_triton
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_routing import route
-from nvllm.ops.moe_skinny_triton import skinny_experts
+from nvllm.ops.moe_skinny_triton import skinny_experts, skinny_gate_up
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_triton import grouped_experts
 
@@ -85,13 +86,19 @@ def routed_then_grouped(x, gate_up, down, logits, *scales):
 
 
 def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
-    """The skinny experts' µs given the routing, and routed in their kernels against the routing kernel
-    followed by the grouped path."""
+    """The skinny experts' µs given the routing (and of that, the gate/up launch alone), and routed in
+    their kernels against the routing kernel followed by the grouped path."""
     quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
     given = time_us(partial(skinny_experts, x, gate_up, down, TOP_K, routing=(weights, ids), **quantized))
+    gate_up_only = time_us(
+        partial(skinny_gate_up, x, gate_up, TOP_K, routing=(weights, ids), gate_up_scale=scales[0])
+    )
     here = time_us(partial(skinny_experts, x, gate_up, down, TOP_K, router_logits=logits, **quantized))
     grouped = time_us(partial(routed_then_grouped, x, gate_up, down, logits, *scales))
-    return f"skinny {given:6.1f} us; routed in the kernels {here:6.1f} us against {grouped:6.1f} us"
+    return (
+        f"skinny {given:6.1f} us (gate/up alone {gate_up_only:6.1f}); routed in the kernels {here:6.1f} us "
+        f"against {grouped:6.1f} us"
+    )
 
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:

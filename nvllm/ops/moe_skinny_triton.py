@@ -278,50 +278,57 @@ def skinny_experts(
     step's `(weights, ids)`, `route_step`'s), or routed in the kernels from `router_logits` `[T, E]`,
     `padding` and `renormalize` as `route_step` routes (padding rows come out zero). fp8 experts come with
     their row scales."""
+    if x.shape[0] == 0:
+        return torch.empty_like(x)
+    activated, routed = skinny_gate_up(
+        x, gate_up, top_k, routing, router_logits, padding, renormalize, gate_up_scale
+    )
+    return skinny_down(activated, down, routed, top_k, x, down_scale)
+
+
+def skinny_gate_up(
+    x: torch.Tensor,
+    gate_up: torch.Tensor,
+    top_k: int,
+    routing: tuple[torch.Tensor, torch.Tensor] | None = None,
+    router_logits: torch.Tensor | None = None,
+    padding: torch.Tensor | None = None,
+    renormalize: bool = True,
+    gate_up_scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The first launch of `skinny_experts`: each pair's `silu(gate) * up` `[T * top_k, I]`, and the routing
+    the down launch reads, `(weights, ids)` `[T * top_k]` (given, or written by the kernel that routed)."""
     assert (routing is None) != (router_logits is None), "the routing, or the logits to route by"
     num_tokens, hidden = x.shape
-    num_experts, intermediate = gate_up.shape[0], down.shape[2]
-    out = torch.empty_like(x)
-    if num_tokens == 0:
-        return out
-    x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
+    num_experts, intermediate = gate_up.shape[0], gate_up.shape[1] // 2
+    x, gate_up = x.contiguous(), gate_up.contiguous()
     route_here = routing is None
     if route_here:
         logits = router_logits.contiguous()
         topk_weights = topk_ids = logits
-    else:
-        topk_weights, topk_ids = (part.contiguous() for part in routing)
-        logits = topk_weights
-    # routed here, padding tokens get weight 0; a given routing has them at weight 0 already
-    padding_mask = padding.view(torch.uint8) if route_here and padding is not None else None
-    shared = (logits, topk_weights, topk_ids, x if padding_mask is None else padding_mask, num_tokens)
-    flags = dict(
-        NUM_EXPERTS=num_experts,
-        EXPERTS_POW2=triton.next_power_of_2(num_experts),
-        TOP_K=top_k,
-        TOP_K_POW2=triton.next_power_of_2(top_k),
-        RENORMALIZE=renormalize,
-        ROUTE_HERE=route_here,
-        HAS_PADDING=padding_mask is not None,
-        MOVE_BITS=moves_bits(gate_up, x),
-        **pdl_launch(x.device),
-    )
-    activated = x.new_empty((num_tokens * top_k, intermediate))
-    # routed here, the gate/up kernel writes the routing it computed for the down kernel to read
-    if route_here:
+        # the gate/up kernel writes the routing it computed for the down kernel to read
         routed = (
             x.new_empty(num_tokens * top_k, dtype=torch.float32),
             x.new_empty(num_tokens * top_k, dtype=torch.int32),
         )
     else:
+        topk_weights, topk_ids = (part.contiguous() for part in routing)
+        logits = topk_weights
         routed = (topk_weights, topk_ids)
+    # routed here, padding tokens get weight 0; a given routing has them at weight 0 already
+    padding_mask = padding.view(torch.uint8) if route_here and padding is not None else None
+    activated = x.new_empty((num_tokens * top_k, intermediate))
     block_n, block_k, warps, stages = GATE_UP_LAUNCH[min(gate_up.element_size(), 2)]
     _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
         x,
         gate_up,
         gate_up if gate_up_scale is None else gate_up_scale,
         activated,
-        *shared,
+        logits,
+        topk_weights,
+        topk_ids,
+        x if padding_mask is None else padding_mask,
+        num_tokens,
         intermediate,
         hidden,
         x.stride(0),
@@ -331,31 +338,55 @@ def skinny_experts(
         0 if gate_up_scale is None else gate_up_scale.stride(0),
         activated.stride(0),
         *routed,
+        NUM_EXPERTS=num_experts,
+        EXPERTS_POW2=triton.next_power_of_2(num_experts),
+        TOP_K=top_k,
+        TOP_K_POW2=triton.next_power_of_2(top_k),
+        RENORMALIZE=renormalize,
+        ROUTE_HERE=route_here,
+        HAS_PADDING=padding_mask is not None,
         SCALED=gate_up_scale is not None,
+        MOVE_BITS=moves_bits(gate_up, x),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
         num_stages=stages,
-        **flags,
+        **pdl_launch(x.device),
     )
+    return activated, routed
+
+
+def skinny_down(
+    activated: torch.Tensor,
+    down: torch.Tensor,
+    routed: tuple[torch.Tensor, torch.Tensor],
+    top_k: int,
+    x: torch.Tensor,
+    down_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The second launch of `skinny_experts`: each token's k pairs through their experts' down rows, weighted
+    and summed, `[T, H]` in `x`'s dtype."""
+    hidden = down.shape[1]
+    down = down.contiguous()
+    out = torch.empty_like(x)
     block_n, block_k, warps, stages = DOWN_LAUNCH[min(down.element_size(), 2)]
-    _skinny_down_kernel[(num_tokens, triton.cdiv(hidden, block_n))](
+    _skinny_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
         activated,
         down,
         down if down_scale is None else down_scale,
         out,
         *routed,
         hidden,
-        intermediate,
+        down.shape[2],
         activated.stride(0),
         down.stride(0),
         down.stride(1),
         0 if down_scale is None else down_scale.stride(0),
         out.stride(0),
         TOP_K=top_k,
-        TOP_K_POW2=flags["TOP_K_POW2"],
+        TOP_K_POW2=triton.next_power_of_2(top_k),
         SCALED=down_scale is not None,
-        MOVE_BITS=flags["MOVE_BITS"],
+        MOVE_BITS=moves_bits(down, x),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
