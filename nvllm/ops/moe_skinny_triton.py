@@ -77,7 +77,6 @@ def _token_routing(
     """A token's routing weights (fp32, rounded to the routing's dtype first, as `route_step` returns them)
     and experts `[TOP_K_POW2]`: routed here from its logits (a padding token's weights 0), or read from
     `route_step`'s result."""
-    choices = tl.arange(0, TOP_K_POW2)
     if ROUTE_HERE:
         weights, ids = route_rows(
             logits_ptr,
@@ -96,9 +95,18 @@ def _token_routing(
         if HAS_PADDING:
             weights = tl.where(tl.load(padding_ptr + token) != 0, 0.0, weights)
     else:
-        chosen = choices < TOP_K
-        weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
-        ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
+        weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
+    return weights, ids
+
+
+@triton.jit
+def _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K: tl.constexpr, TOP_K_POW2: tl.constexpr):
+    """A token's routing read from `[T, TOP_K]` weights and experts: fp32 weights and int32 experts
+    `[TOP_K_POW2]`, the choices past TOP_K at weight 0."""
+    choices = tl.arange(0, TOP_K_POW2)
+    chosen = choices < TOP_K
+    weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
+    ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
     return weights, ids
 
 
@@ -236,10 +244,7 @@ def _skinny_down_kernel(
     token = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = columns < N
-    choices = tl.arange(0, TOP_K_POW2)
-    chosen = choices < TOP_K
-    weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
-    ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
+    weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
     # one loop over the k experts' slices, so that the pipeline runs through from one expert to the next;
     # each slice's product is scaled by its expert's row scales and the pair's weight as it is added
     k_slices = tl.cdiv(K, BLOCK_K)
