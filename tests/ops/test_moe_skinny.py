@@ -74,6 +74,7 @@ def test_the_skinny_experts_take_a_few_tokens_by_the_experts_weight_dtype(monkey
 
     takes = moe_skinny_triton.takes_skinny_experts
     assert takes(1, 1, False) and takes(2, 1, False) and not takes(3, 1, False)
+    assert not takes(1, 2, False)  # bf16 experts keep the grouped path
     limits = {1: 4, 2: 1}
     monkeypatch.setattr(moe_skinny_triton, "SKINNY_EXPERTS_MAX_TOKENS", limits)
     assert takes(4, 1, False) and takes(1, 2, False)
