@@ -109,9 +109,10 @@ def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]
 
 def best_configs(
     fp8: bool, configs: list, shapes: dict[str, list]
-) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float]]:
-    """Per shape of `shapes`: the one of `configs` with the least time summed over `ROWS`, its time and
-    cuBLAS' (µs); `fp8`: the weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
+) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float, float]]:
+    """Per shape of `shapes`: the one of `configs` with the least time summed over `ROWS`, its time,
+    cuBLAS' and the engine's table's configuration's (µs); `fp8`: the weight in fp8, and
+    `torch._scaled_mm` in cuBLAS' place."""
     torch.manual_seed(0)
     best = {}
     for model, model_shapes in shapes.items():
@@ -126,14 +127,17 @@ def best_configs(
                 cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
                 run = partial(skinny_matmul, weight=weight)
             total, config, times = fastest(run, configs, xs)
+            table = skinny_config(n, k, weight_bytes=weight.element_size())
+            table_total = sum(time_us(partial(run, xs[m], config=table)) for m in ROWS)
             gb = n * k * weight.element_size() / 1e9
             print(
                 f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
                 + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
-                + f" | best {config} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1",
+                + f" | best {config} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1"
+                + f" | the table's {table}: {table_total:.1f} us over M={ROWS}",
                 flush=True,
             )
-            best[(n, k)] = (config, total, sum(cublas.values()))
+            best[(n, k)] = (config, total, sum(cublas.values()), table_total)
     return best
 
 
@@ -218,5 +222,13 @@ if __name__ == "__main__":
     if args.gated and not args.compile_only:
         gated_projections()
     elif not args.compile_only:
-        for shape, (config, skinny_us, cublas_us) in best_configs(args.fp8, configs, shapes).items():
-            print(f"{shape}: {config},  # {skinny_us:.1f} vs cuBLAS {cublas_us:.1f} us over M={ROWS}")
+        table = "FP8_CONFIGS" if args.fp8 else "CONFIGS"
+        for shape, (config, skinny_us, cublas_us, table_us) in best_configs(
+            args.fp8, configs, shapes
+        ).items():
+            # a line to paste where the sweep beat the table; a comment where it did not
+            paste = "" if skinny_us < table_us else "# "
+            print(
+                f"{paste}{table}[{shape}] = {config}  # {skinny_us:.1f} vs the table's {table_us:.1f}, "
+                f"cuBLAS {cublas_us:.1f} us over M={ROWS}"
+            )

@@ -43,7 +43,7 @@ def chosen_skinny_config(x: torch.Tensor, weight: torch.Tensor, gated: bool = Fa
         return None
     from nvllm.ops.skinny_matmul import skinny_config
 
-    return skinny_config(*weight.shape, gated=gated)
+    return skinny_config(*weight.shape, gated=gated, weight_bytes=weight.element_size())
 
 
 def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

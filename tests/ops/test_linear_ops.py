@@ -102,16 +102,32 @@ def test_compiled_mlp_projection_calls_the_gated_op_and_eager_the_matmul_then_th
     torch.testing.assert_close(layer(x), expected)
 
 
+def test_fp8_weights_take_their_own_table_where_it_holds_their_shape(monkeypatch):
+    """A shape `FP8_CONFIGS` holds: fp8 weights (a byte an element) take its configuration, bf16 ones and the
+    gated kernel the bf16 tables'; a shape it does not hold: the bf16 tables' for both."""
+    from nvllm.ops import skinny_matmul
+
+    monkeypatch.setitem(skinny_matmul.FP8_CONFIGS, (2048, 4096), (64, 1024, 8, 3))
+    weight = torch.zeros(2048, 4096, dtype=torch.float8_e4m3fn)
+    x = torch.zeros(1, 4096, dtype=torch.bfloat16)
+    monkeypatch.setattr(linear_ops, "uses_skinny_matmul", lambda x: True)
+    assert linear_ops.chosen_skinny_config(x, weight) == (64, 1024, 8, 3)
+    bf16 = skinny_matmul.CONFIGS[(2048, 4096)]
+    assert linear_ops.chosen_skinny_config(x, weight.to(torch.bfloat16)) == bf16
+    assert skinny_matmul.skinny_config(2048, 4096, gated=True, weight_bytes=1) == skinny_matmul.DEFAULT_CONFIG
+    assert skinny_matmul.skinny_config(5120, 2048, weight_bytes=1) == skinny_matmul.CONFIGS[(5120, 2048)]
+
+
 @pytest.mark.gpu
 def test_every_chosen_skinny_configuration_computes_the_matmul():
     """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
     and with the activation."""
-    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, GATED_CONFIGS, skinny_matmul
+    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, FP8_CONFIGS, GATED_CONFIGS, skinny_matmul
 
     torch.manual_seed(0)
     weight = torch.randn(1000, 1560, device="cuda", dtype=torch.bfloat16) / 1560**0.5  # every mask in play
     x = torch.randn(SKINNY_MAX_ROWS, 1560, device="cuda", dtype=torch.bfloat16)
-    chosen = {c for table in (CONFIGS, GATED_CONFIGS) for c in table.values() if c is not None}
+    chosen = {c for table in (CONFIGS, GATED_CONFIGS, FP8_CONFIGS) for c in table.values() if c is not None}
     for config in chosen | {DEFAULT_CONFIG}:
         for num_rows in (1, 2, SKINNY_MAX_ROWS):
             expected = F.linear(x[:num_rows].float(), weight.float())
