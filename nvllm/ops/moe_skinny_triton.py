@@ -44,10 +44,10 @@ SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 # a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
 ROWS = tl.constexpr(16)
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s
-# fastest on the H100, but for fp8's down kernel, not yet swept to the end; fp32 (the interpreter's tests)
-# takes bf16's
-GATE_UP_LAUNCH = {1: (32, 256, 4, 4), 2: (32, 128, 4, 3)}
-DOWN_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 4)}
+# fastest, fp8's on the H200 (a down program's slice of 1,024 masked to an expert's 768: the most bytes in
+# flight), bf16's on the H100; fp32 (the interpreter's tests) takes bf16's
+GATE_UP_LAUNCH = {1: (32, 128, 4, 4), 2: (32, 128, 4, 3)}
+DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:

@@ -107,27 +107,29 @@ def test_fp8_weights_take_their_own_table_where_it_holds_their_shape(monkeypatch
     gated kernel the bf16 tables'; a shape it does not hold: the bf16 tables' for both."""
     from nvllm.ops import skinny_matmul
 
-    monkeypatch.setitem(skinny_matmul.FP8_CONFIGS, (2048, 4096), (64, 1024, 8, 3))
-    weight = torch.zeros(2048, 4096, dtype=torch.float8_e4m3fn)
+    assert (6144, 4096) not in skinny_matmul.FP8_CONFIGS
+    monkeypatch.setitem(skinny_matmul.FP8_CONFIGS, (4096, 4096), (64, 1024, 8, 3))
+    weight = torch.zeros(4096, 4096, dtype=torch.float8_e4m3fn)
     x = torch.zeros(1, 4096, dtype=torch.bfloat16)
     monkeypatch.setattr(linear_ops, "uses_skinny_matmul", lambda x: True)
     assert linear_ops.chosen_skinny_config(x, weight) == (64, 1024, 8, 3)
-    bf16 = skinny_matmul.CONFIGS[(2048, 4096)]
+    bf16 = skinny_matmul.CONFIGS[(4096, 4096)]
     assert linear_ops.chosen_skinny_config(x, weight.to(torch.bfloat16)) == bf16
-    assert skinny_matmul.skinny_config(2048, 4096, gated=True, weight_bytes=1) == skinny_matmul.DEFAULT_CONFIG
-    assert skinny_matmul.skinny_config(5120, 2048, weight_bytes=1) == skinny_matmul.CONFIGS[(5120, 2048)]
+    assert skinny_matmul.skinny_config(4096, 4096, gated=True, weight_bytes=1) == skinny_matmul.DEFAULT_CONFIG
+    assert skinny_matmul.skinny_config(6144, 4096, weight_bytes=1) == skinny_matmul.CONFIGS[(6144, 4096)]
 
 
 @pytest.mark.gpu
 def test_every_chosen_skinny_configuration_computes_the_matmul():
     """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
     and with the activation."""
+    from nvllm.ops.fp8 import quantize_rows
     from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, FP8_CONFIGS, GATED_CONFIGS, skinny_matmul
 
     torch.manual_seed(0)
     weight = torch.randn(1000, 1560, device="cuda", dtype=torch.bfloat16) / 1560**0.5  # every mask in play
     x = torch.randn(SKINNY_MAX_ROWS, 1560, device="cuda", dtype=torch.bfloat16)
-    chosen = {c for table in (CONFIGS, GATED_CONFIGS, FP8_CONFIGS) for c in table.values() if c is not None}
+    chosen = {c for table in (CONFIGS, GATED_CONFIGS) for c in table.values() if c is not None}
     for config in chosen | {DEFAULT_CONFIG}:
         for num_rows in (1, 2, SKINNY_MAX_ROWS):
             expected = F.linear(x[:num_rows].float(), weight.float())
@@ -137,6 +139,15 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
             torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
             got = skinny_matmul(x[:num_rows], weight, config, gated=True).float()
             torch.testing.assert_close(got, gated, atol=2e-2, rtol=1e-2, msg=f"gated {what}")
+    # fp8 weights' own configurations, on an fp8 weight (their slices can be too large for bf16's bytes)
+    fp8_weight, scale = quantize_rows(weight)
+    dequantized = fp8_weight.float() * scale[:, None]
+    for config in set(FP8_CONFIGS.values()):
+        for num_rows in (1, 2, SKINNY_MAX_ROWS):
+            expected = F.linear(x[:num_rows].float(), dequantized)
+            got = skinny_matmul(x[:num_rows], fp8_weight, config, weight_scale=scale).float()
+            what = f"fp8 {config}, {num_rows} rows"
+            torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
 
 
 @pytest.mark.gpu
