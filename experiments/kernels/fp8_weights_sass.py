@@ -27,12 +27,15 @@ CONVERSIONS = ("F2FP", "F2F.", "PRMT", "IMAD.MOV", "HMUL2", "SHF", "LOP3")
 
 def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
     """The skinny kernel for an `n x k` weight (packed gate/up where `gated`) at its table's shape."""
-    block_n, block_k, warps, stages = skinny_matmul.skinny_config(n, k, gated)
+    weight_bytes = 2 if weight == "bf16" else 1
+    block_n, block_k, warps, stages = skinny_matmul.skinny_config(n, k, gated, weight_bytes)
     signature = {
         "x_ptr": "*bf16",
         "w_ptr": f"*{weight}",
         "y_ptr": "*bf16",
         "scale_ptr": "*fp32",
+        "partials_ptr": "*fp32",
+        "counters_ptr": "*i32",
         "num_rows": "i32",
         "n": "i32",
         "k": "i32",
@@ -49,6 +52,7 @@ def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
         MOVE_BITS=move_bits,
         LINE=128 if weight != "bf16" else 64,
         PDL=True,
+        SPLIT_K=1,
     )
     aligned = ("x_ptr", "w_ptr", "y_ptr", "n", "k", "x_row_stride", "w_row_stride", "y_row_stride")
     kernel = compile_for_hopper(

@@ -15,11 +15,15 @@ convert the weight by moving bits (`nvllm.ops.e4m3_to_bf16`) instead of Triton's
 for shapes where no configuration of the table's grid reaches the memory's bandwidth; `--model` keeps one
 model's shapes.
 
+`--splits 2,4,8` sweeps the same grid with each program's reduction split over that many programs a strip
+(`nvllm.ops.skinny_matmul.SPLIT_K`, for narrow weights whose strips leave SMs idle), and prints the split and
+its configuration to paste where one beats the table's unsplit configuration.
+
 A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
 (Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
 
 `python -m experiments.kernels.skinny_matmul_bench [--gated] [--fp8 [--move-bits]] [--wide] [--model M]
-[--jobs N] [--compile-only]`"""
+[--splits S,...] [--jobs N] [--compile-only]`"""
 
 from __future__ import annotations
 
@@ -108,11 +112,11 @@ def fastest(run: Callable, configs, xs) -> tuple[float, tuple, dict[int, float]]
 
 
 def best_configs(
-    fp8: bool, configs: list, shapes: dict[str, list]
-) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], float, float, float]]:
-    """Per shape of `shapes`: the one of `configs` with the least time summed over `ROWS`, its time,
-    cuBLAS' and the engine's table's configuration's (µs); `fp8`: the weight in fp8, and
-    `torch._scaled_mm` in cuBLAS' place."""
+    fp8: bool, configs: list, shapes: dict[str, list], splits: tuple[int, ...] = (1,)
+) -> dict[tuple[int, int], tuple[tuple[int, int, int, int], int, float, float, float]]:
+    """Per shape of `shapes`: the one of `configs` and `splits` (programs a strip) with the least time
+    summed over `ROWS`, its time, cuBLAS' and the engine's table's configuration's unsplit (µs); `fp8`: the
+    weight in fp8, and `torch._scaled_mm` in cuBLAS' place."""
     torch.manual_seed(0)
     best = {}
     for model, model_shapes in shapes.items():
@@ -126,18 +130,20 @@ def best_configs(
             else:
                 cublas = {m: time_us(partial(F.linear, xs[m], weight)) for m in ROWS}
                 run = partial(skinny_matmul, weight=weight)
-            total, config, times = fastest(run, configs, xs)
+            total, config, times, split = min(
+                (*fastest(partial(run, split_k=split), configs, xs), split) for split in splits
+            )
             table = skinny_config(n, k, weight_bytes=weight.element_size())
-            table_total = sum(time_us(partial(run, xs[m], config=table)) for m in ROWS)
+            table_total = sum(time_us(partial(run, xs[m], config=table, split_k=1)) for m in ROWS)
             gb = n * k * weight.element_size() / 1e9
             print(
                 f"{model} {n}x{k} ({gb * 1e3:.1f} MB): "
                 + " ".join(f"M={m} cublas {cublas[m]:.1f}us skinny {times[m]:.1f}us" for m in ROWS)
-                + f" | best {config} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1"
+                + f" | best {config}, split {split} = {gb / times[1] * 1e6 / 1e3:.2f} TB/s at M=1"
                 + f" | the table's {table}: {table_total:.1f} us over M={ROWS}",
                 flush=True,
             )
-            best[(n, k)] = (config, total, sum(cublas.values()), table_total)
+            best[(n, k)] = (config, split, total, sum(cublas.values()), table_total)
     return best
 
 
@@ -175,10 +181,10 @@ def gated_projections() -> None:
 
 
 def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool, bool]) -> None:
-    """Compiles the kernel for `(config, rows, gated, fp8, move_bits)`, the specialization the timing pass
-    will ask for: the sweeps' shapes differ only in sizes Triton does not specialize on (all are multiples
-    of 16)."""
-    config, rows, gated, fp8, move_bits = trial
+    """Compiles the kernel for `(config, rows, gated, fp8, move_bits, split)`, the specialization the timing
+    pass will ask for: the sweeps' shapes differ only in sizes Triton does not specialize on (all are
+    multiples of 16)."""
+    config, rows, gated, fp8, move_bits, split = trial
     e4m3_to_bf16.ENABLED = move_bits
     weight = torch.zeros(512, 1024, device="cuda", dtype=torch.bfloat16)
     scale = None
@@ -186,17 +192,18 @@ def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool, bool]) 
         weight, scale = quantize_rows(weight)
     x = torch.zeros(rows, 1024, device="cuda", dtype=torch.bfloat16)
     try:
-        skinny_matmul(x, weight, config=config, gated=gated, weight_scale=scale)
+        skinny_matmul(x, weight, config=config, gated=gated, weight_scale=scale, split_k=split)
     except triton.runtime.errors.OutOfResources:
         pass
 
 
-def compile_all(configs: list, gated: bool, fp8: bool, jobs: int) -> None:
-    """`compile_one` over every `(config, rows)` of a sweep, in `jobs` processes."""
+def compile_all(configs: list, gated: bool, fp8: bool, jobs: int, splits: tuple[int, ...] = (1,)) -> None:
+    """`compile_one` over every `(config, rows, split)` of a sweep, in `jobs` processes."""
     # by its name, so the workers can find `compile_one`
     import experiments.kernels.skinny_matmul_bench as bench
 
-    trials = [(config, m, gated, fp8, e4m3_to_bf16.ENABLED) for config in configs for m in ROWS]
+    enabled = e4m3_to_bf16.ENABLED
+    trials = [(c, m, gated, fp8, enabled, split) for c in configs for m in ROWS for split in splits]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(bench.compile_one, trials))
 
@@ -207,28 +214,40 @@ if __name__ == "__main__":
     add_fp8_arguments(parser, "weights (not with --gated)")
     parser.add_argument("--wide", action="store_true", help="the larger grid, the decoder layers' shapes")
     parser.add_argument("--model", choices=sorted(SHAPES), help="one model's shapes (default: both)")
+    parser.add_argument(
+        "--splits",
+        type=lambda text: tuple(int(split) for split in text.split(",")),
+        default=(1,),
+        help="programs a strip to sweep beside one (comma-separated; not with --gated)",
+    )
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
     parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
     args = parser.parse_args()
-    if args.gated and (args.fp8 or args.wide or args.model):
-        parser.error("--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model)")
+    if args.gated and (args.fp8 or args.wide or args.model or args.splits != (1,)):
+        parser.error(
+            "--gated sweeps its own grid on bf16 weights of both models (no --fp8, --wide, --model, --splits)"
+        )
+    splits = tuple(sorted({1, *args.splits}))
     convert_as_asked(parser, args)
     configs = GATED_CONFIGS if args.gated else WIDE_CONFIGS if args.wide else CONFIGS
     models = [args.model] if args.model else list(SHAPES)
     # the wide grid: the decoder layers' shapes, without the LM head (the last)
     shapes = {model: SHAPES[model][:-1] if args.wide else SHAPES[model] for model in models}
     if args.jobs:
-        compile_all(configs, args.gated, args.fp8, args.jobs)
+        compile_all(configs, args.gated, args.fp8, args.jobs, splits)
     if args.gated and not args.compile_only:
         gated_projections()
     elif not args.compile_only:
         table = "FP8_CONFIGS" if args.fp8 else "CONFIGS"
-        for shape, (config, skinny_us, cublas_us, table_us) in best_configs(
-            args.fp8, configs, shapes
+        weight_bytes = 1 if args.fp8 else 2
+        for shape, (config, split, skinny_us, cublas_us, table_us) in best_configs(
+            args.fp8, configs, shapes, splits
         ).items():
-            # a line to paste where the sweep beat the table; a comment where it did not
+            # lines to paste where the sweep beat the table; comments where it did not
             paste = "" if skinny_us < table_us else "# "
             print(
                 f"{paste}{table}[{shape}] = {config}  # {skinny_us:.1f} vs the table's {table_us:.1f}, "
                 f"cuBLAS {cublas_us:.1f} us over M={ROWS}"
             )
+            if split > 1:
+                print(f"{paste}SPLIT_K[{(*shape, weight_bytes)}] = {split}")

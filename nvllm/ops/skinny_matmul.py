@@ -6,9 +6,17 @@ kernels for some of these shapes stay well below it
 (experiments/results/2026-11-29-h200-overlapped-rounds.md). Here each program owns a strip of `BLOCK_N`
 output columns: it reads its rows of the weight once, in `BLOCK_K` slices, against the whole (padded)
 batch, on the tensor cores.
+
+A narrow weight (few output columns: Qwen3-30B-A3B's o projection and router) gives too few strips to fill
+the GPU; with `split_k` each strip's reduction is split over that many programs. Each writes its partial sum
+(fp32) to a workspace and counts itself in on its strip's counter; the last to arrive adds the partials in
+split order (the same sum whatever the order of arrival) and writes the output, then sets the counter back
+to zero for the next call. No program waits for another.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -44,11 +52,33 @@ def _prefetch_first_slices(
 
 
 @triton.jit
+def _sum_of_splits(acc, partials_ptr, counters_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K):
+    """This program's partial sum `acc` of its strip, written for the strip's other programs; for the last
+    of the strip's `SPLIT_K` programs to arrive, the strip's whole sum (its partials added in split order)
+    and True, else False."""
+    strip = tl.program_id(0)
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    strip_partials = partials_ptr + strip * SPLIT_K * BLOCK_M * BLOCK_N
+    tl.store(strip_partials + tl.program_id(1) * BLOCK_M * BLOCK_N + tile, acc)
+    tl.debug_barrier()  # every thread's partial written before the count that releases them
+    arrived = tl.atomic_add(counters_ptr + strip, 1, sem="acq_rel", scope="gpu")
+    last = arrived == SPLIT_K - 1
+    if last:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for split in range(0, SPLIT_K):
+            acc += tl.load(strip_partials + split * BLOCK_M * BLOCK_N + tile, cache_modifier=".cg")
+        tl.atomic_xchg(counters_ptr + strip, 0, sem="relaxed", scope="gpu")  # for the next call
+    return acc, last
+
+
+@triton.jit
 def _skinny_matmul_kernel(
     x_ptr,
     w_ptr,
     y_ptr,
     scale_ptr,
+    partials_ptr,  # [strips, SPLIT_K, BLOCK_M, BLOCK_N] fp32 where SPLIT_K > 1
+    counters_ptr,  # [strips] int32, zeros, where SPLIT_K > 1
     num_rows,
     n,
     k,
@@ -63,18 +93,27 @@ def _skinny_matmul_kernel(
     MOVE_BITS: tl.constexpr,
     LINE: tl.constexpr,
     PDL: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's.
     SCALED: an fp8 weight, converted to x's dtype (exactly; by `nvllm.ops.e4m3_to_bf16` where MOVE_BITS),
-    each output column times its row's scale."""
+    each output column times its row's scale. SPLIT_K > 1 (not GATED): the program's share of the
+    reduction is its `program_id(1)`-th of `SPLIT_K` runs of whole `BLOCK_K` slices."""
     rows = tl.arange(0, BLOCK_M)
     columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_begin, k_end = 0, k
+    if SPLIT_K > 1:
+        run = tl.cdiv(tl.cdiv(k, BLOCK_K), SPLIT_K) * BLOCK_K
+        k_begin = tl.program_id(1) * run
+        k_end = tl.minimum(k_begin + run, k)
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
-        _prefetch_first_slices(w_ptr, columns, n, k, w_row_stride, BLOCK_K, GATED, LINE)
+        _prefetch_first_slices(
+            w_ptr + k_begin, columns, n, k_end - k_begin, w_row_stride, BLOCK_K, GATED, LINE
+        )
     wait_for_prior_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(0, k, BLOCK_K):
+    for start in range(k_begin, k_end, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         x = tl.load(
             x_ptr + rows[:, None] * x_row_stride + ks[None, :],
@@ -90,6 +129,10 @@ def _skinny_matmul_kernel(
             )
             acc_up += tl.dot(x, tl.trans(to_dot_dtype(w_up, x.dtype, MOVE_BITS)))
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
+    if SPLIT_K > 1:
+        acc, last = _sum_of_splits(acc, partials_ptr, counters_ptr, BLOCK_M, BLOCK_N, SPLIT_K)
+        if not last:
+            return
     if SCALED:
         acc *= tl.load(scale_ptr + columns, mask=columns < n, other=0.0)[None, :]
         if GATED:
@@ -146,6 +189,10 @@ FP8_CONFIGS: dict[tuple[int, int], Config] = {
     (2048, 4096): (32, 512, 4, 4),
     (128, 2048): (32, 1024, 4, 3),
 }
+# Programs a strip of output columns, per (n, k, bytes of a weight element), where more than one: narrow
+# weights whose strips leave SMs idle. None measured faster yet (`skinny_matmul_bench --splits`), so every
+# shape runs one program a strip.
+SPLIT_K: dict[tuple[int, int, int], int] = {}
 
 
 def skinny_config(n: int, k: int, gated: bool = False, weight_bytes: int = 2) -> Config | None:
@@ -156,28 +203,54 @@ def skinny_config(n: int, k: int, gated: bool = False, weight_bytes: int = 2) ->
     return (GATED_CONFIGS if gated else CONFIGS).get((n, k), DEFAULT_CONFIG)
 
 
+@functools.cache
+def strip_counters(device: torch.device) -> torch.Tensor:
+    """The split programs' counters, one a strip, shared by every split launch on `device`: a launch's
+    last program sets its strips' back to zero, and launches on the model's stream run one after another
+    (under programmatic dependent launch too: a program counts only after its wait for the kernel before)."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("the split matmul's counters are made outside a capture: warm up before capturing")
+    return torch.zeros(MAX_STRIPS, dtype=torch.int32, device=device)
+
+
+MAX_STRIPS = 2**16  # strips a split launch may have: BLOCK_N=16 over 1M output columns
+
+
 def skinny_matmul(
     x: torch.Tensor,
     weight: torch.Tensor,
     config: Config,
     gated: bool = False,
     weight_scale: torch.Tensor | None = None,
+    split_k: int | None = None,
 ) -> torch.Tensor:
     """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows. `gated`: `weight` is a
     packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`. `weight_scale`: `weight` is fp8
-    and stands for `weight * weight_scale[:, None]` (`nvllm.ops.fp8`)."""
+    and stands for `weight * weight_scale[:, None]` (`nvllm.ops.fp8`). `split_k`: programs a strip of
+    output columns (not with `gated`); None: `SPLIT_K`'s for the weight."""
+    if split_k is None:
+        split_k = 1 if gated else SPLIT_K.get((*weight.shape, weight.element_size()), 1)
     num_rows, k = x.shape
     assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     assert not gated or weight.shape[0] == 2 * n, "a gated weight packs two halves of equal size"
     block_n, block_k, num_warps, num_stages = config
     assert weight_scale is None or weight_scale.shape == (weight.shape[0],)
+    assert split_k == 1 or not gated, "the gated kernel does not split its reduction"
     y = x.new_empty((num_rows, n))
-    _skinny_matmul_kernel[(triton.cdiv(n, block_n),)](
+    strips = triton.cdiv(n, block_n)
+    partials = counters = y  # unread where split_k == 1
+    if split_k > 1:
+        assert strips <= MAX_STRIPS
+        partials = x.new_empty((strips, split_k, MAX_ROWS, block_n), dtype=torch.float32)
+        counters = strip_counters(x.device)
+    _skinny_matmul_kernel[(strips, split_k)](
         x,
         weight,
         y,
         weight if weight_scale is None else weight_scale,
+        partials,
+        counters,
         num_rows,
         n,
         k,
@@ -191,6 +264,7 @@ def skinny_matmul(
         SCALED=weight_scale is not None,
         MOVE_BITS=moves_bits(weight, x),
         LINE=128 // weight.element_size(),
+        SPLIT_K=split_k,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(x.device),

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from nvllm.layers.linear import ColumnParallelLinear, GateUpSiluParallelLinear
 from nvllm.ops import linear_ops
 from nvllm.ops.linear_ops import SKINNY_MAX_ROWS, linear, linear_silu_mul, uses_skinny_matmul
+from tests.helpers.triton_interpreter import run_in_interpreter
 
 # Qwen3-0.6B's and -8B's layer matmuls and LM head (out, in), and an odd shape that needs every mask
 SHAPES = [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024), (6144, 4096), (1000, 200)]
@@ -119,6 +120,48 @@ def test_fp8_weights_take_their_own_table_where_it_holds_their_shape(monkeypatch
     assert skinny_matmul.skinny_config(6144, 4096, weight_bytes=1) == skinny_matmul.CONFIGS[(6144, 4096)]
 
 
+def test_a_reduction_split_over_programs_adds_their_partials_in_split_order_in_the_interpreter():
+    """`split_k` programs a strip, on sizes off every block (a last split shorter than the others, one with
+    no slice at all); bf16's stand-in fp32 and fp8 weights: the fp32 matmul's result, the same bits from
+    one call to the next, and the counters back at zero after each call. Without a `split_k`, the table's
+    for the weight's shape and bytes an element."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.skinny_matmul import skinny_matmul, strip_counters
+generator = torch.Generator().manual_seed(0)
+x = torch.randn(5, 300, generator=generator)
+weight = torch.randn(70, 300, generator=generator) / 300**0.5
+q, scale = quantize_rows(weight)
+cases = [(weight, None, weight), (q, scale, q.float() * scale[:, None])]
+for w, w_scale, dense in cases:
+    expected = x @ dense.T
+    # 300: five slices of 64, the last 44 wide; 3 splits: the last one shorter, 4: the last with none
+    for split_k in (1, 2, 3, 4):
+        got = skinny_matmul(x, w, (32, 64, 4, 2), weight_scale=w_scale, split_k=split_k)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        again = skinny_matmul(x, w, (32, 64, 4, 2), weight_scale=w_scale, split_k=split_k)
+        assert torch.equal(got, again)
+        assert not strip_counters(x.device).any()
+# the table's split for a weight's shape and dtype, where the caller names none
+from nvllm.ops import skinny_matmul as module
+module.SPLIT_K[(70, 300, 4)] = 3
+splits = []
+class RecordingGrids:
+    def __init__(self, kernel):
+        self.kernel = kernel
+    def __getitem__(self, grid):
+        splits.append(grid[1])
+        return self.kernel[grid]
+module._skinny_matmul_kernel = RecordingGrids(module._skinny_matmul_kernel)
+torch.testing.assert_close(skinny_matmul(x, weight, (32, 64, 4, 2)), x @ weight.T, atol=1e-5, rtol=1e-5)
+skinny_matmul(x, q, (32, 64, 4, 2), weight_scale=scale)  # the same shape in fp8: not in the table
+assert splits == [3, 1], splits
+"""
+    )
+
+
 @pytest.mark.gpu
 def test_every_chosen_skinny_configuration_computes_the_matmul():
     """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
@@ -148,6 +191,34 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
             got = skinny_matmul(x[:num_rows], fp8_weight, config, weight_scale=scale).float()
             what = f"fp8 {config}, {num_rows} rows"
             torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_k", [2, 4, 8])
+def test_a_split_reduction_on_the_gpu_is_the_matmul_and_replays_in_a_graph_to_the_bit(split_k):
+    """Split programs on the GPU, where they run at once and the last to arrive is any of them: the fp32
+    matmul's result, the same bits eager and in each replay of a CUDA graph of three launches back to back
+    (each launch's last program leaves the counters at zero for the next), bf16 and fp8 weights."""
+    from nvllm.ops.fp8 import quantize_rows
+    from nvllm.ops.skinny_matmul import skinny_matmul, strip_counters
+
+    torch.manual_seed(0)
+    weight = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    x = torch.randn(3, 4096, device="cuda", dtype=torch.bfloat16)
+    q, scale = quantize_rows(weight)
+    for w, w_scale, dense in ((weight, None, weight.float()), (q, scale, q.float() * scale[:, None])):
+        config = (32, 512, 4, 4)
+        eager = skinny_matmul(x, w, config, weight_scale=w_scale, split_k=split_k)
+        expected = F.linear(x.float(), dense)
+        torch.testing.assert_close(eager.float(), expected, atol=2e-2, rtol=1e-2)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = [skinny_matmul(x, w, config, weight_scale=w_scale, split_k=split_k) for _ in range(3)]
+        for _ in range(5):
+            graph.replay()
+            torch.cuda.synchronize()
+            assert all(torch.equal(out, eager) for out in outputs)
+        assert not strip_counters(x.device).any()
 
 
 @pytest.mark.gpu
