@@ -52,7 +52,9 @@ def _prefetch_first_slices(
 
 
 @triton.jit
-def _sum_of_splits(acc, partials_ptr, counters_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K):
+def _sum_of_splits(
+    acc, partials_ptr, counters_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr
+):
     """This program's partial sum `acc` of its strip, written for the strip's other programs; for the last
     of the strip's `SPLIT_K` programs to arrive, the strip's whole sum (its partials added in split order)
     and True, else False."""
@@ -203,6 +205,9 @@ def skinny_config(n: int, k: int, gated: bool = False, weight_bytes: int = 2) ->
     return (GATED_CONFIGS if gated else CONFIGS).get((n, k), DEFAULT_CONFIG)
 
 
+MAX_STRIPS = 2**16  # strips a split launch may have: BLOCK_N=16 over 1M output columns
+
+
 @functools.cache
 def strip_counters(device: torch.device) -> torch.Tensor:
     """The split programs' counters, one a strip, shared by every split launch on `device`: a launch's
@@ -211,9 +216,6 @@ def strip_counters(device: torch.device) -> torch.Tensor:
     if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         raise RuntimeError("the split matmul's counters are made outside a capture: warm up before capturing")
     return torch.zeros(MAX_STRIPS, dtype=torch.int32, device=device)
-
-
-MAX_STRIPS = 2**16  # strips a split launch may have: BLOCK_N=16 over 1M output columns
 
 
 def skinny_matmul(
