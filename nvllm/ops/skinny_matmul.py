@@ -8,15 +8,11 @@ output columns: it reads its rows of the weight once, in `BLOCK_K` slices, again
 batch, on the tensor cores.
 
 A narrow weight (few output columns: Qwen3-30B-A3B's o projection and router) gives too few strips to fill
-the GPU; with `split_k` each strip's reduction is split over that many programs. Each writes its partial sum
-(fp32) to a workspace and counts itself in on its strip's counter; the last to arrive adds the partials in
-split order (the same sum whatever the order of arrival) and writes the output, then sets the counter back
-to zero for the next call. No program waits for another.
+the GPU; with `split_k` each strip's reduction is split over that many programs, their partial sums added
+by the last to arrive (`nvllm.ops.split_reduction`).
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -24,6 +20,7 @@ import triton.language as tl
 
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_for_prior_kernel
+from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
 MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
 
@@ -49,28 +46,6 @@ def _prefetch_first_slices(
     prefetch_to_l2(tl.where(inside, strip, w_ptr))
     if GATED:
         prefetch_to_l2(tl.where(inside, strip + n * w_row_stride, w_ptr))
-
-
-@triton.jit
-def _sum_of_splits(
-    acc, partials_ptr, counters_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr
-):
-    """This program's partial sum `acc` of its strip, written for the strip's other programs; for the last
-    of the strip's `SPLIT_K` programs to arrive, the strip's whole sum (its partials added in split order)
-    and True, else False."""
-    strip = tl.program_id(0)
-    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    strip_partials = partials_ptr + strip * SPLIT_K * BLOCK_M * BLOCK_N
-    tl.store(strip_partials + tl.program_id(1) * BLOCK_M * BLOCK_N + tile, acc)
-    tl.debug_barrier()  # every thread's partial written before the count that releases them
-    arrived = tl.atomic_add(counters_ptr + strip, 1, sem="acq_rel", scope="gpu")
-    last = arrived == SPLIT_K - 1
-    if last:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for split in range(0, SPLIT_K):
-            acc += tl.load(strip_partials + split * BLOCK_M * BLOCK_N + tile, cache_modifier=".cg")
-        tl.atomic_xchg(counters_ptr + strip, 0, sem="relaxed", scope="gpu")  # for the next call
-    return acc, last
 
 
 @triton.jit
@@ -132,7 +107,11 @@ def _skinny_matmul_kernel(
             acc_up += tl.dot(x, tl.trans(to_dot_dtype(w_up, x.dtype, MOVE_BITS)))
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     if SPLIT_K > 1:
-        acc, last = _sum_of_splits(acc, partials_ptr, counters_ptr, BLOCK_M, BLOCK_N, SPLIT_K)
+        strip = tl.program_id(0)
+        strip_partials = partials_ptr + strip * SPLIT_K * BLOCK_M * BLOCK_N
+        acc, last = add_split_partials(
+            acc, strip_partials, counters_ptr + strip, tl.program_id(1), SPLIT_K, BLOCK_M, BLOCK_N
+        )
         if not last:
             return
     if SCALED:
@@ -205,19 +184,6 @@ def skinny_config(n: int, k: int, gated: bool = False, weight_bytes: int = 2) ->
     return (GATED_CONFIGS if gated else CONFIGS).get((n, k), DEFAULT_CONFIG)
 
 
-MAX_STRIPS = 2**16  # strips a split launch may have: BLOCK_N=16 over 1M output columns
-
-
-@functools.cache
-def strip_counters(device: torch.device) -> torch.Tensor:
-    """The split programs' counters, one a strip, shared by every split launch on `device`: a launch's
-    last program sets its strips' back to zero, and launches on the model's stream run one after another
-    (under programmatic dependent launch too: a program counts only after its wait for the kernel before)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("the split matmul's counters are made outside a capture: warm up before capturing")
-    return torch.zeros(MAX_STRIPS, dtype=torch.int32, device=device)
-
-
 def skinny_matmul(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -243,9 +209,7 @@ def skinny_matmul(
     strips = triton.cdiv(n, block_n)
     partials = counters = y  # unread where split_k == 1
     if split_k > 1:
-        assert strips <= MAX_STRIPS
-        partials = x.new_empty((strips, split_k, MAX_ROWS, block_n), dtype=torch.float32)
-        counters = strip_counters(x.device)
+        partials, counters = split_workspace(x, strips, split_k, MAX_ROWS, block_n)
     _skinny_matmul_kernel[(strips, split_k)](
         x,
         weight,

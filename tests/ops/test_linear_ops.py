@@ -129,7 +129,8 @@ def test_a_reduction_split_over_programs_adds_their_partials_in_split_order_in_t
         """
 import torch
 from nvllm.ops.fp8 import quantize_rows
-from nvllm.ops.skinny_matmul import skinny_matmul, strip_counters
+from nvllm.ops.skinny_matmul import skinny_matmul
+from nvllm.ops.split_reduction import tile_counters
 generator = torch.Generator().manual_seed(0)
 x = torch.randn(5, 300, generator=generator)
 weight = torch.randn(70, 300, generator=generator) / 300**0.5
@@ -143,7 +144,7 @@ for w, w_scale, dense in cases:
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
         again = skinny_matmul(x, w, (32, 64, 4, 2), weight_scale=w_scale, split_k=split_k)
         assert torch.equal(got, again)
-        assert not strip_counters(x.device).any()
+        assert not tile_counters(x.device).any()
 # the table's split for a weight's shape and dtype, where the caller names none
 from nvllm.ops import skinny_matmul as module
 module.SPLIT_K[(70, 300, 4)] = 3
@@ -200,7 +201,8 @@ def test_a_split_reduction_on_the_gpu_is_the_matmul_and_replays_in_a_graph_to_th
     matmul's result, the same bits eager and in each replay of a CUDA graph of three launches back to back
     (each launch's last program leaves the counters at zero for the next), bf16 and fp8 weights."""
     from nvllm.ops.fp8 import quantize_rows
-    from nvllm.ops.skinny_matmul import skinny_matmul, strip_counters
+    from nvllm.ops.skinny_matmul import skinny_matmul
+    from nvllm.ops.split_reduction import tile_counters
 
     torch.manual_seed(0)
     weight = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16) / 64
@@ -218,7 +220,7 @@ def test_a_split_reduction_on_the_gpu_is_the_matmul_and_replays_in_a_graph_to_th
             graph.replay()
             torch.cuda.synchronize()
             assert all(torch.equal(out, eager) for out in outputs)
-        assert not strip_counters(x.device).any()
+        assert not tile_counters(x.device).any()
 
 
 @pytest.mark.gpu
