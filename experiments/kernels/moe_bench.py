@@ -13,7 +13,7 @@ quantization kernel included in the time).
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
 so that the down launch's share shows), and routed in their kernels from the logits against the routing
 kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one and two tokens, each of
-its two kernels' launch shapes from a grid, the fastest printed to paste.
+its two kernels' launch shapes and the down kernel's split from a grid, the fastest printed to paste.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
@@ -45,6 +45,7 @@ SKINNY_TOKENS = 8
 SKINNY_GRIDS = {
     "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
     "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
+    "DOWN_SPLITS": [1, 2, 4, 8],  # programs a token's strip, each a run of its experts' slices
 }
 
 
@@ -102,11 +103,12 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
 
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each skinny kernel's launch shapes of `SKINNY_GRIDS` at one and two tokens, the other kernel at its
-    table's; the fastest summed over both, printed to paste into the table's entry for these weights."""
+    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes, the down kernel's split) over its grid at one
+    and two tokens, the other tables at their entries; the fastest summed over both, printed to paste into
+    the table's entry for these weights."""
     best = {}
     weight_bytes = gate_up.element_size()
-    for name in ("GATE_UP_LAUNCH", "DOWN_LAUNCH"):
+    for name in SKINNY_GRIDS:
         table = getattr(moe_skinny_triton, name)
         chosen = table[weight_bytes]
         timed = []
