@@ -58,11 +58,11 @@ def small_batches(model: str, rows: list[int]) -> None:
     for n, k in FP8_PROJECTIONS[model]:
         q, scale = quantize_rows(torch.randn(n, k, device="cuda"))
         megabytes = n * k / 1e6
+        skinny_shape = skinny_config(n, k, weight_bytes=1)
         for m in rows:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             x_q, x_scale = quantize_rows(x)
-            config = skinny_config(n, k, weight_bytes=1)
-            skinny = time_us(partial(skinny_matmul, x, q, config, weight_scale=scale))
+            skinny = time_us(partial(skinny_matmul, x, q, skinny_shape, weight_scale=scale))
             run = partial(fp8_gemm, x_q, x_scale, q, scale, torch.bfloat16)
             picked = small_batch_config(n, k, num_sms)
             ours = time_us(partial(run, config=picked))

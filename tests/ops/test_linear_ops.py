@@ -208,8 +208,8 @@ def test_a_split_reduction_on_the_gpu_is_the_matmul_and_replays_in_a_graph_to_th
     weight = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16) / 64
     x = torch.randn(3, 4096, device="cuda", dtype=torch.bfloat16)
     q, scale = quantize_rows(weight)
+    config = (32, 512, 4, 4)
     for w, w_scale, dense in ((weight, None, weight.float()), (q, scale, q.float() * scale[:, None])):
-        config = (32, 512, 4, 4)
         eager = skinny_matmul(x, w, config, weight_scale=w_scale, split_k=split_k)
         expected = F.linear(x.float(), dense)
         torch.testing.assert_close(eager.float(), expected, atol=2e-2, rtol=1e-2)
