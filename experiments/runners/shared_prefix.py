@@ -14,7 +14,7 @@ from experiments.harness.job import job_run, prepare_job
 from experiments.harness.profiling import measured_repeat, save_profile
 from experiments.harness.repeats import measure_repeats
 from nvllm import LLM
-from nvllm.runner.dtypes import DTYPES
+from nvllm.runner.dtypes import DTYPES, kv_cache_dtype
 from nvllm.runner.memory import kv_bytes_per_token
 
 
@@ -25,7 +25,8 @@ def shared_prefix_metrics(llm: LLM, before: dict, after: dict) -> dict:
         return after[key] - before[key]
 
     decode_tokens = max(delta("decode_tokens"), 1)
-    per_token = kv_bytes_per_token(llm.config.model, DTYPES[llm.config.model.dtype])  # all ranks together
+    cache_dtype = kv_cache_dtype(llm.config.cache.dtype, DTYPES[llm.config.model.dtype])
+    per_token = kv_bytes_per_token(llm.config.model, cache_dtype)  # all ranks together
     return {
         "prefill_tokens_computed": delta("prefill_tokens"),
         "kv_bytes_per_decode_token": delta("decode_kv_tokens_read") * per_token / decode_tokens,

@@ -92,3 +92,16 @@ def test_runner_reports_prefill_computed_and_kv_read(capsys, tmp_path):
     # six rows, each reading the 32 shared tokens: by cascade, the group reads them once per step
     assert read < plain
     assert "Prefill tokens computed" in capsys.readouterr().out
+
+
+def test_kv_read_is_counted_in_the_cache_dtype(tmp_path):
+    def plain_bytes(cache_dtype: str) -> float:
+        cfg = compose_config(
+            ["+experiment=shared_prefix", *TINY, f"cache.dtype={cache_dtype}", "workload.num_seqs=4"]
+            + ["workload.prefix_len=40", "workload.input_len=6", "workload.min_input_len=2"]
+            + ["workload.output_len=4", "workload.min_output_len=2"]
+        )
+        return shared_prefix.run(cfg, tmp_path / cache_dtype)["kv_bytes_per_decode_token_plain"]
+
+    # the same lengths read either way; an fp8 cache holds a byte an element, the tiny model's fp32 four
+    assert plain_bytes("auto") == 4 * plain_bytes("fp8") > 0
