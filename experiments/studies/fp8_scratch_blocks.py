@@ -62,7 +62,7 @@ def main(rows: int, prefix_len: int, prefill_rows: int) -> None:
             f"{name}: {entries} blocks a layer ({entries * MIB_A_BLOCK:.0f} MiB) before, "
             f"{distinct} ({distinct * MIB_A_BLOCK:.0f} MiB) each distinct block once"
         )
-    planned = int(plan.prefix_first_uses.sum())
+    planned = int(plan.prefix_scratch_count)
     print(f"decode step's prefix pass, numbered by the plan: {planned} blocks a layer, the chunks' own")
 
 

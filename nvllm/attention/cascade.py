@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from nvllm.attention.padding import padded_size
-from nvllm.ops.fp8_kv_cache import first_uses
+from nvllm.ops.fp8_kv_cache import first_uses, scratch_sources
 from nvllm.transfer import to_device
 
 # Groups one cascade step serves (the largest first; sequences of the others attend the plain way). A
@@ -102,11 +102,12 @@ class CascadePlan:
     has_partial: torch.Tensor  # [rows, partial_columns] bool: whether the row has that chunk
     prefix_lens: torch.Tensor  # [rows] int32: the row's group's prefix length, 0 in no group
     remainder_block_tables: torch.Tensor  # [rows, width] int32: each row's blocks after its prefix
-    # an fp8 cache's prefix blocks are read through a scratch copy (nvllm.ops.fp8_kv_cache): each prefix
-    # entry's block in it, numbered here once a round rather than in every layer of every step, and whether
-    # the entry is its block's first (the one that fills it); entries past a slot's chunk 0 and False
+    # an fp8 cache's prefix blocks are read through a scratch copy (nvllm.ops.fp8_kv_cache), numbered here
+    # once a round rather than in every layer of every step: each prefix entry's block in it (entries past
+    # a slot's chunk 0), the cache block each scratch block copies (past the distinct ones 0), and how many
     prefix_scratch_tables: torch.Tensor  # [slots, width] int32
-    prefix_first_uses: torch.Tensor  # [slots, width] bool
+    prefix_scratch_sources: torch.Tensor  # [prefix_scratch_blocks(width)] int32
+    prefix_scratch_count: torch.Tensor  # [1] int32
     max_group_size: int  # an upper bound on any group's rows, at least 2
 
     def to(self, device: torch.device | str) -> CascadePlan:
@@ -197,12 +198,15 @@ def plan_cascade(
 
 
 def number_prefix_entries(plan: dict[str, np.ndarray], block_size: int) -> None:
-    """The plan's `prefix_scratch_tables` and `prefix_first_uses`, from the blocks each slot's chunk reads."""
+    """The plan's `prefix_scratch_tables`, `prefix_scratch_sources` and `prefix_scratch_count`, from the
+    blocks each slot's chunk reads."""
     slot_blocks = np.diff(plan["prefix_cu_seqlens_k"]) // block_size
     read = np.arange(plan["prefix_block_tables"].shape[1]) < slot_blocks[:, None]
-    scratch_blocks, first = first_uses(torch.from_numpy(plan["prefix_block_tables"][read]))
+    blocks = torch.from_numpy(plan["prefix_block_tables"][read])
+    scratch_blocks, first = first_uses(blocks)
+    sources, count = scratch_sources(blocks, scratch_blocks, first, len(plan["prefix_scratch_sources"]))
     plan["prefix_scratch_tables"][read] = scratch_blocks.numpy()
-    plan["prefix_first_uses"][read] = first.numpy()
+    plan["prefix_scratch_sources"], plan["prefix_scratch_count"] = sources.numpy(), count.numpy()
 
 
 def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
@@ -218,7 +222,8 @@ def empty_arrays(num_rows: int, width: int) -> dict[str, np.ndarray]:
         "prefix_lens": np.zeros(num_rows, dtype=np.int32),
         "remainder_block_tables": np.zeros((num_rows, width), dtype=np.int32),
         "prefix_scratch_tables": np.zeros((slots, width), dtype=np.int32),
-        "prefix_first_uses": np.zeros((slots, width), dtype=bool),
+        "prefix_scratch_sources": np.zeros(prefix_scratch_blocks(width), dtype=np.int32),
+        "prefix_scratch_count": np.zeros(1, dtype=np.int32),
     }
 
 

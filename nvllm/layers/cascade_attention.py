@@ -57,7 +57,8 @@ def cascade_attention(
         scale,
         backend,
         plan.prefix_scratch_tables,
-        plan.prefix_first_uses,
+        plan.prefix_scratch_sources,
+        plan.prefix_scratch_count,
     )
     remainder_lens = meta.seqlens_k - plan.prefix_lens
     remainder_out, remainder_lse = torch.ops.nvllm.decode_attention_with_lse(

@@ -124,17 +124,26 @@ def prefix_attention(
     scale: float,
     backend: str,
     scratch_block_tables: torch.Tensor | None = None,
-    first_uses: torch.Tensor | None = None,
+    scratch_sources: torch.Tensor | None = None,
+    scratch_count: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Non-causal attention of query groups to their shared prefixes: group g's queries are rows
     `cu_seqlens_q[g]:cu_seqlens_q[g + 1]` of `query` and its prefix the first `cu_seqlens_k[g + 1] -
     cu_seqlens_k[g]` tokens of the blocks in `block_tables[g]`. Returns the output `[rows, heads, head_dim]`
     and the log-sum-exp `[heads, rows]` (flash-attn's varlen layout); rows past the last group's are left
-    undefined, and so are a group's whose prefix is empty. `scratch_block_tables` and `first_uses`: the
-    entries' numbering for reading an fp8 cache through a scratch copy (`CascadePlan.prefix_scratch_tables`),
-    made once a round; without them a backend that needs it numbers the entries itself."""
+    undefined, and so are a group's whose prefix is empty. `scratch_block_tables`, `scratch_sources` and
+    `scratch_count`: the blocks' numbering for reading an fp8 cache through a scratch copy
+    (`CascadePlan.prefix_scratch_tables`), made once a round; without them a backend that needs it numbers
+    the entries itself."""
     batch = PrefixBatch(
-        cu_seqlens_q, cu_seqlens_k, block_tables, max_seqlen_q, max_seqlen_k, scratch_block_tables, first_uses
+        cu_seqlens_q,
+        cu_seqlens_k,
+        block_tables,
+        max_seqlen_q,
+        max_seqlen_k,
+        scratch_block_tables,
+        scratch_sources,
+        scratch_count,
     )
     return _implementation(backend).prefix_attention(query, k_cache, v_cache, batch, scale)
 

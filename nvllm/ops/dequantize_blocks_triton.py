@@ -1,7 +1,9 @@
-"""The fp8 KV cache's blocks that a step's block tables name, dequantized into a scratch cache for
-flash-attn (`nvllm.ops.fp8_kv_cache.dequantized_blocks`), each distinct block once: one program a chunk of
-an entry's block, which returns at once unless the entry is its block's first use. The grid follows the
-tables' shape alone, so the launch is captured in CUDA graphs like the rest of a step."""
+"""The fp8 KV cache's blocks that a step reads through flash-attn, dequantized into a scratch cache
+(`nvllm.ops.fp8_kv_cache.numbered_scratch`): a fixed number of programs share out the distinct blocks'
+chunks among them, however many blocks there are. A program per entry of the tables (the grid such a launch
+needs to be captured in a CUDA graph without knowing the count) would launch tens of thousands of programs
+for a cascade prefix of a few blocks, nearly all of them returning at once, and took longer than the
+copy itself (experiments/results/2026-12-05-h100-shared-prefix-fp8-trace.md)."""
 
 from __future__ import annotations
 
@@ -9,61 +11,68 @@ import torch
 import triton
 import triton.language as tl
 
-CHUNK = 4096  # elements of a block a program converts, K's and V's
+CHUNK = 4096  # elements of a block a program converts at a time, K's and V's
+PROGRAMS_PER_SM = 4
 
 
 @triton.jit
-def _dequantize_first_uses_kernel(
+def _dequantize_blocks_kernel(
     k_cache_ptr,
     v_cache_ptr,
     k_scratch_ptr,
     v_scratch_ptr,
-    blocks_ptr,
-    scratch_blocks_ptr,
-    first_ptr,
+    sources_ptr,
+    count_ptr,
     BLOCK_ELEMENTS: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    entry = tl.program_id(0)
-    if tl.load(first_ptr + entry) == 0:
-        return  # a later use of a block that its first use converts
-    block = tl.load(blocks_ptr + entry).to(tl.int64)
-    scratch_block = tl.load(scratch_blocks_ptr + entry).to(tl.int64)
-    elements = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
-    inside = elements < BLOCK_ELEMENTS
-    source = block * BLOCK_ELEMENTS + elements
-    target = scratch_block * BLOCK_ELEMENTS + elements
-    k = tl.load(k_cache_ptr + source, mask=inside)
-    tl.store(k_scratch_ptr + target, k.to(k_scratch_ptr.dtype.element_ty), mask=inside)
-    v = tl.load(v_cache_ptr + source, mask=inside)
-    tl.store(v_scratch_ptr + target, v.to(v_scratch_ptr.dtype.element_ty), mask=inside)
+    chunks_a_block: tl.constexpr = (BLOCK_ELEMENTS + CHUNK - 1) // CHUNK
+    work = tl.load(count_ptr) * chunks_a_block
+    for item in range(tl.program_id(0), work, tl.num_programs(0)):
+        scratch_block = item // chunks_a_block
+        block = tl.load(sources_ptr + scratch_block).to(tl.int64)
+        elements = (item % chunks_a_block) * CHUNK + tl.arange(0, CHUNK)
+        inside = elements < BLOCK_ELEMENTS
+        source = block * BLOCK_ELEMENTS + elements
+        target = scratch_block.to(tl.int64) * BLOCK_ELEMENTS + elements
+        k = tl.load(k_cache_ptr + source, mask=inside)
+        tl.store(k_scratch_ptr + target, k.to(k_scratch_ptr.dtype.element_ty), mask=inside)
+        v = tl.load(v_cache_ptr + source, mask=inside)
+        tl.store(v_scratch_ptr + target, v.to(v_scratch_ptr.dtype.element_ty), mask=inside)
 
 
-def dequantize_first_uses(
+def num_programs(device: torch.device, work_items: int) -> int:
+    """Programs of a launch: enough to keep every SM busy, no more than the most work there can be."""
+    if device.type == "cuda":
+        programs = PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
+    else:  # Triton's interpreter runs the programs one after another: a few show the sharing out
+        programs = 3
+    return max(1, min(programs, work_items))
+
+
+def dequantize_blocks(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     k_scratch: torch.Tensor,
     v_scratch: torch.Tensor,
-    blocks: torch.Tensor,
-    scratch_blocks: torch.Tensor,
-    first: torch.Tensor,
+    sources: torch.Tensor,
+    count: torch.Tensor,
 ) -> None:
-    """Block `blocks[i]` of the caches into block `scratch_blocks[i]` of the scratch caches, converted to
-    their dtype, for each entry i where `first[i]` (`nvllm.ops.fp8_kv_cache.first_uses`)."""
+    """Block `sources[i]` of the caches into block i of the scratch caches, converted to their dtype, for
+    each i below `count` (`[1]` int32, on the device: `nvllm.ops.fp8_kv_cache.scratch_sources`)."""
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and k_scratch.is_contiguous()
-    if blocks.numel() == 0:
+    if sources.numel() == 0:
         return
     block_elements = k_cache[0].numel()
     chunk = min(CHUNK, triton.next_power_of_2(block_elements))
-    grid = (blocks.numel(), triton.cdiv(block_elements, chunk))
-    _dequantize_first_uses_kernel[grid](
+    most_work = sources.numel() * triton.cdiv(block_elements, chunk)
+    _dequantize_blocks_kernel[(num_programs(k_cache.device, most_work),)](
         k_cache,
         v_cache,
         k_scratch,
         v_scratch,
-        blocks,
-        scratch_blocks,
-        first,
+        sources,
+        count,
         BLOCK_ELEMENTS=block_elements,
         CHUNK=chunk,
     )

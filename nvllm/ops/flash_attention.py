@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from flash_attn import flash_attn_varlen_func
 
 from nvllm.attention.backend import one_query_per_sequence
-from nvllm.attention.cascade import prefix_scratch_blocks
 from nvllm.attention.flash_attn_backend import FlashAttnBackend
 from nvllm.attention.paging import blocks_for
 from nvllm.ops.fp8_kv_cache import dequantized_blocks, is_fp8, numbered_scratch
@@ -63,13 +62,7 @@ def prefix_attention(
     block_tables = batch.block_tables
     if is_fp8(k_cache) and batch.scratch_block_tables is not None:  # numbered by the plan, once a round
         k_cache, v_cache = numbered_scratch(
-            k_cache,
-            v_cache,
-            block_tables,
-            batch.scratch_block_tables,
-            batch.first_uses,
-            prefix_scratch_blocks(block_tables.shape[1]),
-            query.dtype,
+            k_cache, v_cache, batch.scratch_sources, batch.scratch_count, query.dtype
         )
         block_tables = batch.scratch_block_tables
     else:

@@ -9,7 +9,7 @@ of itself. The dtype of the cache tensors says which format a kernel reads.
 Readers: the torch backend and the Triton decode kernel convert each element to the queries' dtype (exact:
 every e4m3 value is a bf16 value); flash-attn 2, which reads only 16-bit caches, gets the blocks a step's
 block tables name dequantized into a scratch cache of the queries' dtype (`dequantized_blocks`; for
-cascade's prefix pass `numbered_scratch`, the entries numbered by the round's plan).
+cascade's prefix pass `numbered_scratch`, the blocks numbered by the round's plan).
 """
 
 from __future__ import annotations
@@ -54,6 +54,19 @@ def first_uses(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return scratch_blocks, first
 
 
+def scratch_sources(
+    blocks: torch.Tensor, scratch_blocks: torch.Tensor, first: torch.Tensor, num_scratch_blocks: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The numbering `first_uses` made of the entries `blocks` (1-D), turned round: for each scratch block
+    the cache block it copies (`[num_scratch_blocks]` int32; past the distinct blocks 0, unread), and how
+    many there are (`[1]` int32). Static shapes, no host sync: a conversion then has exactly the distinct
+    blocks' work to share out, not a program per entry that mostly finds nothing to do."""
+    dump = blocks.numel()  # where the entries that are no block's first use scatter to, dropped after
+    sources = blocks.new_zeros(max(num_scratch_blocks, dump) + 1, dtype=torch.int32)
+    sources.scatter_(0, torch.where(first, scratch_blocks, dump).long(), blocks.to(torch.int32))
+    return sources[:num_scratch_blocks], first.sum(dtype=torch.int32).reshape(1)
+
+
 def dequantized_blocks(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -68,42 +81,38 @@ def dequantized_blocks(
     follow the block tables' alone (no host sync: capturable in a CUDA graph); the scratch cache has room
     for every entry, and its blocks past the distinct ones are left unwritten and unaddressed, unless that
     room would pass `EXACT_SCRATCH_ABOVE_BYTES` outside a capture: then it holds the distinct blocks alone."""
-    blocks = block_tables[:, :num_columns]
-    scratch_blocks, first = first_uses(blocks.flatten())
-    scratch_tables = scratch_blocks.view(blocks.shape)
+    blocks = block_tables[:, :num_columns].flatten()
+    scratch_blocks, first = first_uses(blocks)
     num_scratch_blocks = blocks.numel()
     block_bytes = 2 * k_cache[0].numel() * dtype.itemsize  # K and V
     capturing = k_cache.is_cuda and torch.cuda.is_current_stream_capturing()
     if num_scratch_blocks * block_bytes > EXACT_SCRATCH_ABOVE_BYTES and not capturing:
         num_scratch_blocks = int(first.sum())
-    k_scratch, v_scratch = numbered_scratch(
-        k_cache, v_cache, blocks, scratch_tables, first, num_scratch_blocks, dtype
-    )
-    return k_scratch, v_scratch, scratch_tables
+    sources, count = scratch_sources(blocks, scratch_blocks, first, num_scratch_blocks)
+    k_scratch, v_scratch = numbered_scratch(k_cache, v_cache, sources, count, dtype)
+    return k_scratch, v_scratch, scratch_blocks.view(-1, num_columns)
 
 
 def numbered_scratch(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    scratch_tables: torch.Tensor,
-    first: torch.Tensor,
-    num_scratch_blocks: int,
+    sources: torch.Tensor,
+    count: torch.Tensor,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A scratch cache of `num_scratch_blocks` blocks in `dtype`, K and V: block `block_tables[i]` of the
-    caches dequantized into block `scratch_tables[i]` for every entry i where `first[i]`. The numbering is
-    `first_uses`', made on the device by `dequantized_blocks`, or on the host where a plan knows the entries
-    in advance (cascade attention's prefix pass, `nvllm.attention.cascade`); other entries write nothing."""
-    blocks, scratch_blocks, first = block_tables.flatten(), scratch_tables.flatten(), first.flatten()
-    scratch_shape = (num_scratch_blocks, *k_cache.shape[1:])
+    """A scratch cache of `len(sources)` blocks in `dtype`, K and V: scratch block i is cache block
+    `sources[i]` dequantized, for i below `count` (`[1]`); the blocks past it are left unwritten. The
+    numbering is made on the device by `dequantized_blocks`, or on the host where a plan knows the entries in
+    advance (cascade attention's prefix pass, `nvllm.attention.cascade`)."""
+    scratch_shape = (sources.numel(), *k_cache.shape[1:])
     k_scratch = k_cache.new_empty(scratch_shape, dtype=dtype)
     v_scratch = v_cache.new_empty(scratch_shape, dtype=dtype)
     if k_cache.is_cuda:
-        from nvllm.ops.dequantize_blocks_triton import dequantize_first_uses
+        from nvllm.ops.dequantize_blocks_triton import dequantize_blocks
 
-        dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, blocks, scratch_blocks, first)
+        dequantize_blocks(k_cache, v_cache, k_scratch, v_scratch, sources, count)
     else:  # the reference (a host sync: the CPU has no graphs to capture)
-        k_scratch[scratch_blocks[first].long()] = k_cache[blocks[first].long()].to(dtype)
-        v_scratch[scratch_blocks[first].long()] = v_cache[blocks[first].long()].to(dtype)
+        read = sources[: int(count)].long()
+        k_scratch[: read.numel()] = k_cache[read].to(dtype)
+        v_scratch[: read.numel()] = v_cache[read].to(dtype)
     return k_scratch, v_scratch

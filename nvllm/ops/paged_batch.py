@@ -21,8 +21,9 @@ class PagedBatch(NamedTuple):
 
 class PrefixBatch(NamedTuple):
     """What each group's queries attend to in cascade attention's prefix pass: `nvllm::prefix_attention`'s
-    arguments as its implementations take them; `scratch_block_tables` and `first_uses` the plan's
-    numbering of the entries for an fp8 cache's scratch copy (None: numbered where needed)."""
+    arguments as its implementations take them; `scratch_block_tables`, `scratch_sources` and
+    `scratch_count` the plan's numbering of the blocks for an fp8 cache's scratch copy (None: numbered where
+    needed)."""
 
     cu_seqlens_q: torch.Tensor
     cu_seqlens_k: torch.Tensor
@@ -30,4 +31,5 @@ class PrefixBatch(NamedTuple):
     max_seqlen_q: int
     max_seqlen_k: int
     scratch_block_tables: torch.Tensor | None
-    first_uses: torch.Tensor | None
+    scratch_sources: torch.Tensor | None
+    scratch_count: torch.Tensor | None

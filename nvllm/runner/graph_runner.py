@@ -47,7 +47,8 @@ CASCADE_INPUTS = (
     "prefix_lens",
     "remainder_block_tables",
     "prefix_scratch_tables",
-    "prefix_first_uses",
+    "prefix_scratch_sources",
+    "prefix_scratch_count",
 )
 
 

@@ -185,12 +185,11 @@ def test_plan_orders_groups_cuts_their_prefixes_into_chunks_and_bounds_their_num
     ]
     assert plan.saved_kv_tokens == 12 + 8
     # the chunks' blocks (1; 2, 3; 5; 6) numbered for an fp8 cache's scratch copy, in order of their blocks;
-    # the entries past each chunk (never read) 0 and no first use
+    # the entries past each chunk (never read) 0; each scratch block's source, then zeros to the static size
     assert plan.prefix_scratch_tables.tolist() == [[0, 0, 0, 0], [1, 2, 0, 0], [3, 0, 0, 0], [4, 0, 0, 0]]
-    assert (
-        plan.prefix_first_uses.tolist()
-        == [[True, False, False, False], [True, True, False, False]] + [[True, False, False, False]] * 2
-    )
+    padding = [0] * (cascade.prefix_scratch_blocks(4) - 5)
+    assert plan.prefix_scratch_sources.tolist() == [1, 2, 3, 5, 6] + padding
+    assert plan.prefix_scratch_count.tolist() == [5]
 
 
 def test_a_prefix_of_fewer_blocks_than_chunks_takes_a_slot_per_block(monkeypatch):

@@ -27,5 +27,5 @@ def test_a_cascade_plan_numbers_only_the_blocks_its_prefix_chunks_read():
 
     tables, lengths = tables_under_a_prefix(rows=6, prefix_len=1536, most_own=600)
     plan = plan_cascade(tables, lengths[None, :].astype(np.int32), BLOCK, "on")
-    read = plan.prefix_block_tables[plan.prefix_first_uses]
+    read = plan.prefix_scratch_sources[: int(plan.prefix_scratch_count)]
     assert sorted(read.tolist()) == [1, 2, 3, 4, 5, 6]  # the prefix's six blocks, once each, nothing else

@@ -146,13 +146,7 @@ def test_a_cascade_plans_numbering_makes_a_scratch_cache_of_its_prefix_blocks():
     plan = plan_cascade(tables, np.array([[10, 9, 12, 6, 7]]), BLOCK_SIZE, "on")
     width = tables.shape[1]
     k_scratch, v_scratch = numbered_scratch(
-        k_fp8,
-        v_fp8,
-        plan.prefix_block_tables,
-        plan.prefix_scratch_tables,
-        plan.prefix_first_uses,
-        prefix_scratch_blocks(width),
-        torch.float32,
+        k_fp8, v_fp8, plan.prefix_scratch_sources, plan.prefix_scratch_count, torch.float32
     )
     assert k_scratch.shape[0] == prefix_scratch_blocks(width)
     read = 0
@@ -184,7 +178,7 @@ def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scr
 
     def varlen_attention(query, k, v, cu_q, cu_k, max_q, max_k, softmax_scale, causal, block_table, **_):
         assert k.dtype == v.dtype == query.dtype and not causal
-        batch = PrefixBatch(cu_q, cu_k, block_table, max_q, max_k, None, None)
+        batch = PrefixBatch(cu_q, cu_k, block_table, max_q, max_k, None, None, None)
         return (*torch_attention.prefix_attention(query, k, v, batch, softmax_scale), None)
 
     monkeypatch.setitem(
@@ -202,10 +196,11 @@ def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scr
     query = torch.randn(plan.prefix_query_rows.numel(), NUM_HEADS, HEAD_DIM)
     passes = (plan.prefix_cu_seqlens_q, plan.prefix_cu_seqlens_k, plan.prefix_block_tables, 3, 12)
     expected_out, expected_lse = torch_attention.prefix_attention(
-        query, k_fp8, v_fp8, PrefixBatch(*passes, None, None), 0.3
+        query, k_fp8, v_fp8, PrefixBatch(*passes, None, None, None), 0.3
     )
     rows = int(plan.prefix_cu_seqlens_q[-1])
-    for numbering in ((plan.prefix_scratch_tables, plan.prefix_first_uses), (None, None)):
+    numbered = (plan.prefix_scratch_tables, plan.prefix_scratch_sources, plan.prefix_scratch_count)
+    for numbering in (numbered, (None, None, None)):
         out, lse = flash_attention.prefix_attention(
             query, k_fp8, v_fp8, PrefixBatch(*passes, *numbering), 0.3
         )
@@ -213,30 +208,36 @@ def test_the_flash_backends_prefix_pass_reads_an_fp8_cache_through_the_plans_scr
         torch.testing.assert_close(lse[:, :rows], expected_lse[:, :rows])
 
 
-def test_the_triton_dequantization_writes_each_first_use_as_the_reference_in_the_interpreter():
-    """`dequantize_first_uses` (what CUDA runs) fills the scratch blocks the torch reference fills, and no
-    other: a later use of a block writes nothing."""
+def test_the_triton_dequantization_writes_each_distinct_block_as_the_reference_in_the_interpreter():
+    """`dequantize_blocks` (what CUDA runs), its programs sharing out the chunks of the distinct blocks,
+    fills the scratch blocks the torch reference fills, and no other: the blocks past the count are left as
+    they were."""
     run_in_interpreter(
         """
 import torch
-from nvllm.ops.dequantize_blocks_triton import dequantize_first_uses
-from nvllm.ops.fp8_kv_cache import FP8_KV, dequantized_blocks, first_uses
+from nvllm.ops import dequantize_blocks_triton
+from nvllm.ops.dequantize_blocks_triton import dequantize_blocks
+from nvllm.ops.fp8_kv_cache import FP8_KV, dequantized_blocks, first_uses, scratch_sources
 
 generator = torch.Generator().manual_seed(0)
+# blocks of 1,024 elements in chunks of 256: 4 chunks a block, shared out over the interpreter's 3 programs
+dequantize_blocks_triton.CHUNK = 256
 k_cache, v_cache = (torch.randn(6, 16, 2, 32, generator=generator).to(FP8_KV) for _ in range(2))
 tables = torch.tensor([[4, 1, 0, 3], [4, 1, 5, 3], [4, 2, 0, 0]], dtype=torch.int32)
 k_expected, v_expected, expected_tables = dequantized_blocks(k_cache, v_cache, tables, 3, torch.bfloat16)
 flat = tables[:, :3].flatten()
 scratch_blocks, first = first_uses(flat)
 assert scratch_blocks.view(3, 3).tolist() == expected_tables.tolist()
+sources, count = scratch_sources(flat, scratch_blocks, first, 9)
+assert sources[:5].tolist() == [0, 1, 2, 4, 5] and count.tolist() == [5]
 k_scratch = torch.full((9, 16, 2, 32), float("nan"), dtype=torch.bfloat16)
 v_scratch = torch.full_like(k_scratch, float("nan"))
-dequantize_first_uses(k_cache, v_cache, k_scratch, v_scratch, flat, scratch_blocks, first)
+dequantize_blocks(k_cache, v_cache, k_scratch, v_scratch, sources, count)
 assert torch.equal(k_scratch[:5], k_expected[:5]) and torch.equal(v_scratch[:5], v_expected[:5])
 assert k_scratch[5:].isnan().all() and v_scratch[5:].isnan().all()
 untouched = torch.full_like(k_scratch, float("nan"))
-dequantize_first_uses(k_cache, v_cache, untouched, untouched.clone(), flat, scratch_blocks, first & False)
-assert untouched.isnan().all()  # entries that are no block's first use write nothing
+dequantize_blocks(k_cache, v_cache, untouched, untouched.clone(), sources, count * 0)
+assert untouched.isnan().all()  # a count of none writes nothing
 """
     )
 
