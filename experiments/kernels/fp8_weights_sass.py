@@ -1,6 +1,7 @@
 """The matmul kernels that read weights, compiled for Hopper (sm_90) with no GPU, over bf16 and fp8 weights:
-the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes
-and the MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
+the skinny kernel (decode batches of dense models, `nvllm.ops.skinny_matmul`) at its table's launch shapes,
+the skinny experts' two launches (a single stream of Qwen3-30B-A3B, `nvllm.ops.moe_skinny_triton`) and the
+MoE grouped matmuls (`nvllm.ops.moe_triton`) at a single stream's and a prefill's, and the same over
 fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.fp8_activations`), whose operands are both e4m3 on
 the fp8 tensor cores, as are those of the GEMM small dense batches run with that setting
 (`nvllm.ops.fp8_gemm`'s small-batch kernel). Per kernel, the
@@ -18,21 +19,21 @@ from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
-from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_tiles, moe_triton, skinny_matmul
+from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_skinny_triton, moe_tiles, moe_triton, skinny_matmul
 
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
 # element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
 CONVERSIONS = ("F2FP", "F2F.", "PRMT", "IMAD.MOV", "HMUL2", "SHF", "LOP3")
 
 
-def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
+def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool, activation: str = "bf16"):
     """The skinny kernel for an `n x k` weight (packed gate/up where `gated`) at its table's shape."""
     weight_bytes = 2 if weight == "bf16" else 1
     block_n, block_k, warps, stages = skinny_matmul.skinny_config(n, k, gated, weight_bytes)
     signature = {
-        "x_ptr": "*bf16",
+        "x_ptr": f"*{activation}",
         "w_ptr": f"*{weight}",
-        "y_ptr": "*bf16",
+        "y_ptr": f"*{activation}",
         "scale_ptr": "*fp32",
         "partials_ptr": "*fp32",
         "counters_ptr": "*i32",
@@ -61,15 +62,15 @@ def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool):
     return kernel, block_n * block_k * (2 if gated else 1), warps
 
 
-def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
+def grouped(weight: str, gated: bool, pairs: int, move_bits: bool, activation: str = "bf16"):
     """A Qwen3-30B-A3B layer's gate/up (`gated`) or down grouped matmul at `pairs` pairs over 128 experts."""
     block_m = moe_tiles.row_tile(pairs, 128)
     config = moe_tiles.matmul_config(pairs, 128, gated, fp8=weight != "bf16")
     signature = {
-        "a_ptr": "*bf16",
+        "a_ptr": f"*{activation}",
         "w_ptr": f"*{weight}",
         "w_scale_ptr": "*fp32",
-        "out_ptr": "*bf16" if gated else "*fp32",
+        "out_ptr": f"*{activation}" if gated else "*fp32",
         "sorted_pairs_ptr": "*i32",
         "tile_expert_ptr": "*i32",
         "pair_weights_ptr": "*bf16",
@@ -99,6 +100,37 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool):
         moe_triton._grouped_matmul_kernel, signature, constants, aligned, config.num_warps, config.num_stages
     )
     return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
+
+
+def skinny_experts(weight: str, gated: bool, move_bits: bool, activation: str = "bf16"):
+    """One token's gate/up (`gated`) or down launch of the skinny experts (`nvllm.ops.moe_skinny_triton`)
+    over Qwen3-30B-A3B's experts, at the launch tables' shapes, the routing given."""
+    weight_bytes = 2 if weight == "bf16" else 1
+    table = moe_skinny_triton.GATE_UP_LAUNCH if gated else moe_skinny_triton.DOWN_LAUNCH
+    block_n, block_k, warps, stages = table[weight_bytes]
+    pointers = {"w_ptr": f"*{weight}", "w_scale_ptr": "*fp32", "out_ptr": f"*{activation}"}
+    routing = {"topk_weights_ptr": "*fp32", "topk_ids_ptr": "*i32"}
+    launch = dict(SCALED=weight != "bf16", MOVE_BITS=move_bits, BLOCK_N=block_n, BLOCK_K=block_k)
+    if gated:  # the kernels' parameters in their order: the constexprs are matched by position
+        signature = {"x_ptr": f"*{activation}", **pointers, "logits_ptr": "*bf16", **routing}
+        signature |= {"padding_ptr": "*i1"} | dict.fromkeys(("num_tokens", "N", "K"), "i32")
+        strides = ("stride_x", "stride_logits", "stride_we", "stride_wn", "stride_se", "stride_out")
+        signature |= dict.fromkeys(strides, "i32") | {"routed_weights_ptr": "*fp32", "routed_ids_ptr": "*i32"}
+        constants = dict(NUM_EXPERTS=128, EXPERTS_POW2=128, TOP_K=8, TOP_K_POW2=8, RENORMALIZE=True)
+        constants |= dict(ROUTE_HERE=False, HAS_PADDING=False, **launch, PDL=True)
+        kernel_fn, aligned = moe_skinny_triton._skinny_gate_up_kernel, ("x_ptr", "stride_x")
+    else:
+        signature = {"a_ptr": f"*{activation}", **pointers, **routing}
+        signature |= {"partials_ptr": "*fp32", "counters_ptr": "*i32"} | dict.fromkeys(("N", "K"), "i32")
+        strides = ("stride_a", "stride_we", "stride_wn", "stride_se", "stride_out")
+        signature |= dict.fromkeys(strides, "i32")
+        constants = dict(TOP_K=8, TOP_K_POW2=8, **launch)
+        constants |= dict(SPLITS=moe_skinny_triton.DOWN_SPLITS[weight_bytes], PDL=True)
+        kernel_fn, aligned = moe_skinny_triton._skinny_down_kernel, ("a_ptr", "stride_a")
+    aligned += ("w_ptr", "out_ptr", "N", "K", "stride_we", "stride_wn", "stride_out")
+    kernel = compile_for_hopper(kernel_fn, signature, constants, aligned, warps, stages)
+    # a loop iteration of gate/up reads a gate and an up slice of one expert; of down, one expert's slice
+    return kernel, block_n * block_k * (2 if gated else 1), warps
 
 
 def grouped_fp8_activations(gated: bool, pairs: int):
@@ -193,13 +225,22 @@ KERNELS = {
     "skinny, Qwen3-8B gate/up 2x12288x4096": partial(skinny, n=24576, k=4096, gated=True),
     "skinny, Qwen3-8B down 4096x12288": partial(skinny, n=4096, k=12288, gated=False),
     "skinny, Qwen3-30B-A3B q/k/v 5120x2048": partial(skinny, n=5120, k=2048, gated=False),
+    "skinny experts gate/up, 1 token": partial(skinny_experts, gated=True),
+    "skinny experts down, 1 token": partial(skinny_experts, gated=False),
     "grouped gate/up, 1 token (8 pairs)": partial(grouped, gated=True, pairs=8),
     "grouped down, 1 token (8 pairs)": partial(grouped, gated=False, pairs=8),
     "grouped gate/up, 256 tokens": partial(grouped, gated=True, pairs=2048),
     "grouped gate/up, prefill 2048 tokens": partial(grouped, gated=True, pairs=16384),
 }
-# (label, weight dtype, bits moved): bf16 weights, fp8 by Triton's conversion, fp8 by `nvllm.ops.e4m3_to_bf16`
-WEIGHTS = [("bf16", "bf16", False), ("fp8", "fp8e4nv", False), ("fp8 bits", "fp8e4nv", True)]
+# (label, weight dtype, bits moved, activations' dtype): bf16 weights, fp8 by Triton's conversion, fp8 by
+# `nvllm.ops.e4m3_to_bf16`; and, as a what-if no kernel runs yet, fp8 weights against fp16 activations, for
+# which sm_90 converts e4m3 pairs to f16 in one instruction and needs no second step to bf16
+WEIGHTS = [
+    ("bf16", "bf16", False, "bf16"),
+    ("fp8", "fp8e4nv", False, "bf16"),
+    ("fp8 bits", "fp8e4nv", True, "bf16"),
+    ("fp8 f16", "fp8e4nv", False, "fp16"),
+]
 
 
 def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch: Path) -> None:
@@ -220,8 +261,8 @@ def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for name, build in KERNELS.items():
-            for label, weight, move_bits in WEIGHTS:
-                kernel, elements, warps = build(weight, move_bits=move_bits)
+            for label, weight, move_bits, activation in WEIGHTS:
+                kernel, elements, warps = build(weight, move_bits=move_bits, activation=activation)
                 weight_bytes = elements * (1 if weight == "fp8e4nv" else 2)
                 report(name, label, kernel, weight_bytes, warps, Path(scratch))
         for name, build in FP8_ACTIVATION_KERNELS.items():
