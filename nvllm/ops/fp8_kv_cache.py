@@ -90,7 +90,7 @@ def dequantized_blocks(
         num_scratch_blocks = int(first.sum())
     sources, count = scratch_sources(blocks, scratch_blocks, first, num_scratch_blocks)
     k_scratch, v_scratch = numbered_scratch(k_cache, v_cache, sources, count, dtype)
-    return k_scratch, v_scratch, scratch_blocks.view(-1, num_columns)
+    return k_scratch, v_scratch, scratch_blocks.view(block_tables.shape[0], num_columns)
 
 
 def numbered_scratch(
