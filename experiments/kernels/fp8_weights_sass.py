@@ -121,11 +121,10 @@ def skinny_experts(weight: str, gated: bool, move_bits: bool, activation: str = 
         kernel_fn, aligned = moe_skinny_triton._skinny_gate_up_kernel, ("x_ptr", "stride_x")
     else:
         signature = {"a_ptr": f"*{activation}", **pointers, **routing}
-        signature |= {"partials_ptr": "*fp32", "counters_ptr": "*i32"} | dict.fromkeys(("N", "K"), "i32")
+        signature |= dict.fromkeys(("N", "K"), "i32")
         strides = ("stride_a", "stride_we", "stride_wn", "stride_se", "stride_out")
         signature |= dict.fromkeys(strides, "i32")
-        constants = dict(TOP_K=8, TOP_K_POW2=8, **launch)
-        constants |= dict(SPLITS=moe_skinny_triton.DOWN_SPLITS[weight_bytes], PDL=True)
+        constants = dict(TOP_K=8, TOP_K_POW2=8, **launch, PDL=True)
         kernel_fn, aligned = moe_skinny_triton._skinny_down_kernel, ("a_ptr", "stride_a")
     aligned += ("w_ptr", "out_ptr", "N", "K", "stride_we", "stride_wn", "stride_out")
     kernel = compile_for_hopper(kernel_fn, signature, constants, aligned, warps, stages)

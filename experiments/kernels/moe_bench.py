@@ -13,7 +13,7 @@ quantization kernel included in the time).
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
 so that the down launch's share shows), and routed in their kernels from the logits against the routing
 kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one and two tokens, each of
-its two kernels' launch shapes and the down kernel's split from a grid, the fastest printed to paste.
+its two kernels' launch shapes from a grid, the fastest printed to paste.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
@@ -45,7 +45,6 @@ SKINNY_TOKENS = 8
 SKINNY_GRIDS = {
     "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
     "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
-    "DOWN_SPLITS": [1, 2, 4, 8],  # programs a token's strip, each a run of its experts' slices
 }
 
 
@@ -103,7 +102,7 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
 
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes, the down kernel's split) over its grid at one
+    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes) over its grid at one
     and two tokens, the other tables at their entries; the fastest summed over both, printed to paste into
     the table's entry for these weights."""
     best = {}

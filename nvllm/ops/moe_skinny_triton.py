@@ -11,8 +11,7 @@ expert, so the sort buys nothing, and each pair can read its expert's rows direc
 - down: a program per token and strip of output columns, through the token's k experts in choice order in
   one loop, each slice's product times its expert's row scales and the pair's routing weight added in fp32,
   rounded once at the end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32
-  sums), with no pair outputs in memory. With `DOWN_SPLITS`, several programs share a token's strip, each
-  a run of that loop, their sums added by the last to arrive (`nvllm.ops.split_reduction`).
+  sums), with no pair outputs in memory.
 The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
 gate/up program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits),
 the first strip's program of each pair writing it for the down kernel to read: then the whole layer after
@@ -34,7 +33,6 @@ import triton.language as tl
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.moe_topk_triton import route_rows
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
-from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
 # The largest batch the skinny path serves, by the bytes of an expert weight (1: fp8, 2: bf16); 0 turns it
 # off (every batch takes the grouped matmuls). Two tokens: the graph a single stream runs in (one token and
@@ -50,11 +48,6 @@ ROWS = tl.constexpr(16)
 # flight), bf16's on the H100; fp32 (the interpreter's tests) takes bf16's
 GATE_UP_LAUNCH = {1: (32, 128, 4, 4), 2: (32, 128, 4, 3)}
 DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
-# Programs a (token, strip of output columns) of the down kernel, by the bytes of an expert weight: each
-# takes a run of the token's k experts' slices, their partial sums added by the last to arrive
-# (`nvllm.ops.split_reduction`). A single token's down launch has only hidden / BLOCK_N programs, each
-# streaming its k experts' rows; none measured faster split yet (`moe_bench --skinny` sweeps them).
-DOWN_SPLITS = {1: 1, 2: 1}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
@@ -232,8 +225,6 @@ def _skinny_down_kernel(
     out_ptr,  # [T, H]
     topk_weights_ptr,  # [T, TOP_K]: given, or written by the gate/up kernel that routed
     topk_ids_ptr,  # [T, TOP_K]
-    partials_ptr,  # [T * strips, SPLITS, ROWS, BLOCK_N] fp32 where SPLITS > 1
-    counters_ptr,  # [T * strips] int32, zeros, where SPLITS > 1
     N,
     K,
     stride_a,
@@ -247,7 +238,6 @@ def _skinny_down_kernel(
     MOVE_BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLITS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)  # the intermediate (and the routing, where routed) is the kernel's before
@@ -256,16 +246,10 @@ def _skinny_down_kernel(
     inside = columns < N
     weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
     # one loop over the k experts' slices, so that the pipeline runs through from one expert to the next;
-    # each slice's product is scaled by its expert's row scales and the pair's weight as it is added. Split,
-    # a program takes a run of those slices.
+    # each slice's product is scaled by its expert's row scales and the pair's weight as it is added
     k_slices = tl.cdiv(K, BLOCK_K)
-    first_step, last_step = 0, TOP_K * k_slices
-    if SPLITS > 1:
-        run = tl.cdiv(TOP_K * k_slices, SPLITS)
-        first_step = tl.program_id(2) * run
-        last_step = tl.minimum(first_step + run, TOP_K * k_slices)
     total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-    for step in range(first_step, last_step):
+    for step in range(0, TOP_K * k_slices):
         choice = step // k_slices
         ks = (step % k_slices) * BLOCK_K + tl.arange(0, BLOCK_K)
         weight = _chosen(weights, choice, TOP_K_POW2)
@@ -280,14 +264,6 @@ def _skinny_down_kernel(
             factor = factor * tl.load(w_scale_ptr + expert * stride_se + columns, inside, 0.0)
         total += tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS)) * factor[None, :]
     launch_next_kernel(PDL)
-    if SPLITS > 1:
-        tile = token * tl.num_programs(1) + tl.program_id(1)
-        tile_partials = partials_ptr + tile * SPLITS * ROWS * BLOCK_N
-        total, last = add_split_partials(
-            total, tile_partials, counters_ptr + tile, tl.program_id(2), SPLITS, ROWS, BLOCK_N
-        )
-        if not last:
-            return
     _first_row_store(out_ptr + token * stride_out, columns, total, inside)
 
 
@@ -398,21 +374,13 @@ def skinny_down(
     hidden = down.shape[1]
     down = down.contiguous()
     out = torch.empty_like(x)
-    weight_bytes = min(down.element_size(), 2)
-    block_n, block_k, warps, stages = DOWN_LAUNCH[weight_bytes]
-    splits = DOWN_SPLITS[weight_bytes]
-    strips = triton.cdiv(hidden, block_n)
-    partials = counters = out  # unread unsplit
-    if splits > 1:
-        partials, counters = split_workspace(x, x.shape[0] * strips, splits, ROWS.value, block_n)
-    _skinny_down_kernel[(x.shape[0], strips, splits)](
+    block_n, block_k, warps, stages = DOWN_LAUNCH[min(down.element_size(), 2)]
+    _skinny_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
         activated,
         down,
         down if down_scale is None else down_scale,
         out,
         *routed,
-        partials,
-        counters,
         hidden,
         down.shape[2],
         activated.stride(0),
@@ -426,7 +394,6 @@ def skinny_down(
         MOVE_BITS=moves_bits(down, x),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
-        SPLITS=splits,
         num_warps=warps,
         num_stages=stages,
         **pdl_launch(x.device),

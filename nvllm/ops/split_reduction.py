@@ -1,6 +1,5 @@
 """A reduction split over several programs, summed without any program waiting for another: the skinny
-kernels' (`nvllm.ops.skinny_matmul`, `nvllm.ops.moe_skinny_triton`) way to put more programs on a few tokens'
-narrow outputs.
+matmul's (`nvllm.ops.skinny_matmul`) way to put more programs on a few tokens' narrow outputs.
 
 Each program of a tile of output writes its partial sum (fp32) to a workspace and counts itself in on the
 tile's counter; the last to arrive adds the tile's partials in split order, so that the sum does not depend

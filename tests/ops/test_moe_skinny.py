@@ -12,54 +12,45 @@ from tests.helpers.triton_interpreter import run_in_interpreter
 def test_the_skinny_experts_equal_the_torch_reference():
     """Sizes off every launch block (the masks), top-k not a power of two, renormalised or not; fp8
     experts whose rows and experts differ in magnitude, so that a scale applied to the wrong row, expert
-    or pair shows; padding tokens add nothing and their rows are zeros; the down kernel unsplit and split
-    over programs (`DOWN_SPLITS`), its counters back at zero."""
+    or pair shows; padding tokens add nothing and their rows are zeros."""
     run_in_interpreter(
         """
 import torch
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route_step
-from nvllm.ops import moe_skinny_triton
 from nvllm.ops.moe_skinny_triton import skinny_experts
-from nvllm.ops.split_reduction import tile_counters
 generator = torch.Generator().manual_seed(0)
 shapes = [(1, 8, 3, 96, 80, True), (3, 8, 2, 64, 48, False), (4, 6, 4, 300, 40, True)]
-# the down kernel unsplit, then split in three: a run of slices a program, one run empty at top-2
-for splits in (1, 3):
-    moe_skinny_triton.DOWN_SPLITS.update({1: splits, 2: splits})
-    for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
-        x = torch.randn(tokens, hidden, generator=generator)
-        rows = 2 * intermediate
-        gate_up = torch.randn(experts, rows, hidden, generator=generator) / hidden**0.5
-        gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
-        down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
-        down *= torch.logspace(-1, 1, experts * hidden).view(experts, hidden, 1)
-        logits = torch.randn(tokens, experts, generator=generator)
-        padding = torch.arange(tokens) >= 2
-        for pad in (None, padding):
-            weights, ids = route_step(logits, pad, top_k, renormalize)
-            expected = experts_reference(x, gate_up, down, weights, ids)
-            given = skinny_experts(x, gate_up, down, top_k, routing=(weights, ids))
-            routed = dict(router_logits=logits, padding=pad, renormalize=renormalize)
-            here = skinny_experts(x, gate_up, down, top_k, **routed)
-            # split, the down kernel adds its fp32 sums in another order: fp8's bound below
-            order = 1e-5 if splits == 1 else 1e-5 * expected.abs().max().item()
-            for ours in (given, here):
-                torch.testing.assert_close(ours, expected, atol=order, rtol=1e-5 if splits == 1 else 1e-4)
-                if pad is not None:
-                    assert (ours[pad] == 0).all()
-        (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
-        scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
-        weights, ids = route_step(logits, None, top_k, renormalize)
-        expected = experts_reference(x, gate_up_q, down_q, weights, ids, *scales.values())
-        within = dict(atol=1e-5 * expected.abs().max().item(), rtol=1e-4)  # fp32 sums, in another order
-        given = skinny_experts(x, gate_up_q, down_q, top_k, routing=(weights, ids), **scales)
-        routed = dict(router_logits=logits, renormalize=renormalize)
-        here = skinny_experts(x, gate_up_q, down_q, top_k, **routed, **scales)
-        torch.testing.assert_close(given, expected, **within)
-        torch.testing.assert_close(here, expected, **within)
-    assert not tile_counters(x.device).any()
+for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
+    x = torch.randn(tokens, hidden, generator=generator)
+    rows = 2 * intermediate
+    gate_up = torch.randn(experts, rows, hidden, generator=generator) / hidden**0.5
+    gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
+    down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+    down *= torch.logspace(-1, 1, experts * hidden).view(experts, hidden, 1)
+    logits = torch.randn(tokens, experts, generator=generator)
+    padding = torch.arange(tokens) >= 2
+    for pad in (None, padding):
+        weights, ids = route_step(logits, pad, top_k, renormalize)
+        expected = experts_reference(x, gate_up, down, weights, ids)
+        given = skinny_experts(x, gate_up, down, top_k, routing=(weights, ids))
+        routed = dict(router_logits=logits, padding=pad, renormalize=renormalize)
+        here = skinny_experts(x, gate_up, down, top_k, **routed)
+        for ours in (given, here):
+            torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+            if pad is not None:
+                assert (ours[pad] == 0).all()
+    (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+    scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
+    weights, ids = route_step(logits, None, top_k, renormalize)
+    expected = experts_reference(x, gate_up_q, down_q, weights, ids, *scales.values())
+    within = dict(atol=1e-5 * expected.abs().max().item(), rtol=1e-4)  # fp32 sums, in another order
+    given = skinny_experts(x, gate_up_q, down_q, top_k, routing=(weights, ids), **scales)
+    routed = dict(router_logits=logits, renormalize=renormalize)
+    here = skinny_experts(x, gate_up_q, down_q, top_k, **routed, **scales)
+    torch.testing.assert_close(given, expected, **within)
+    torch.testing.assert_close(here, expected, **within)
 # nvllm::routed_experts' CUDA path hands a single token of fp8 experts to them, and the result is theirs
 from nvllm.ops import moe_route_triton
 calls = []
@@ -95,23 +86,18 @@ def test_the_skinny_experts_take_a_few_tokens_by_the_experts_weight_dtype(monkey
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fp8", [False, True])
-@pytest.mark.parametrize("down_splits", [1, 4])
-def test_on_the_gpu_the_skinny_experts_equal_the_grouped_ones_and_replay_in_a_graph(
-    fp8, down_splits, monkeypatch
-):
+def test_on_the_gpu_the_skinny_experts_equal_the_grouped_ones_and_replay_in_a_graph(fp8):
     """Qwen3-30B-A3B's layer (hidden 2048, 128 experts of 768, 8 a token) at 1, 2 and 4 tokens, bf16: the
-    skinny experts (routing given, and routed in the kernels with a padding token; the down kernel unsplit
-    and split over programs) against the grouped path, to the rounding of one bf16 output (the sums' order
-    differs); then replayed in a CUDA graph on other inputs as the engine's decode graphs do."""
+    skinny experts (routing given, and routed in the kernels with a padding token) against the grouped
+    path, to the rounding of one bf16 output (the sums' order differs); then replayed in a CUDA graph on
+    other inputs as the engine's decode graphs do."""
     import torch
 
-    from nvllm.ops import moe_skinny_triton
     from nvllm.ops.fp8 import quantize_rows
     from nvllm.ops.moe_routing import route_step
     from nvllm.ops.moe_skinny_triton import skinny_experts
     from nvllm.ops.moe_triton import grouped_experts
 
-    monkeypatch.setattr(moe_skinny_triton, "DOWN_SPLITS", {1: down_splits, 2: down_splits})
     generator = torch.Generator("cuda").manual_seed(0)
 
     def randn(*shape, scale=1.0):
