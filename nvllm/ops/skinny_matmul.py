@@ -163,12 +163,11 @@ DEFAULT_CONFIG: Config = (32, 256, 4, 4)
 # fp8 weights' own, per weight shape, where `skinny_matmul_bench --fp8 --move-bits --wide` found one faster
 # than the bf16 table's on the H200: a strip of fp8 weight is half the bytes, so that the bf16 table's slices
 # keep half the bytes in flight (experiments/results/2026-12-05-h200-fp8-aims-and-skinny-launches.md).
-# Shapes not here take the bf16 tables'.
+# Shapes not here take the bf16 tables'. (A MoE router is not among them: its weight stays bf16.)
 FP8_CONFIGS: dict[tuple[int, int], Config] = {
-    # Qwen3-30B-A3B: qkv, o, router
+    # Qwen3-30B-A3B: qkv, o
     (5120, 2048): (32, 256, 4, 4),
     (2048, 4096): (32, 512, 4, 4),
-    (128, 2048): (32, 1024, 4, 3),
 }
 # Programs a strip of output columns, per (n, k, bytes of a weight element), where more than one: narrow
 # weights whose strips leave SMs idle. None measured faster yet (`skinny_matmul_bench --splits`), so every
