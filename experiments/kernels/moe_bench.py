@@ -102,9 +102,9 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
 
 
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes) over its grid at one
-    and two tokens, the other tables at their entries; the fastest summed over both, printed to paste into
-    the table's entry for these weights."""
+    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes) over its grid at one and two tokens, the
+    other table at its entry; the fastest summed over both, printed to paste into the table's entry for
+    these weights."""
     best = {}
     weight_bytes = gate_up.element_size()
     for name in SKINNY_GRIDS:

@@ -182,7 +182,7 @@ def gated_projections() -> None:
         print(f"{(n, k)}: {config},  # {total:.1f} vs skinny+act {sum(plain.values()):.1f} us over M={ROWS}")
 
 
-def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool, bool]) -> None:
+def compile_one(trial: tuple[tuple[int, int, int, int], int, bool, bool, bool, int]) -> None:
     """Compiles the kernel for `(config, rows, gated, fp8, move_bits, split)`, the specialization the timing
     pass will ask for: the sweeps' shapes differ only in sizes Triton does not specialize on (all are
     multiples of 16)."""
