@@ -13,9 +13,10 @@ with more stages than its reduction loop has slices, and at tiles of 32 rows and
 bound) no 16-column strip and no 2 warps. Over the 12 default token counts that leaves about 2,600
 timings (129 gate/up and 120 down configurations at each of the nine token counts up to 256, about 60 each
 at 512, 2048 and 8192) and about 730 kernels to compile (the 16-row tiles twice: one token's 8 pairs are no
-multiple of 16, which Triton specializes on). `--jobs N` (default: up to 16) compiles them in N processes
-first (Triton keeps them in its disk cache); estimated, not measured: about a minute of compiling on 16
-cores and two of timing on an H200.
+multiple of 16, which Triton specializes on). `--jobs N` (default: up to 16, and no more than the GPU's free
+memory holds, each process with a layer of experts) compiles them in N processes first (Triton keeps them in
+its disk cache); estimated, not measured: about a minute of compiling on 16 cores and two of timing on an
+H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
@@ -222,9 +223,25 @@ def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int 
         for config in grid(kind, gated)
         if in_grid(config, block_m, gated, shared_memory(), kind)
     ]
+    jobs = min(jobs, processes_that_fit())
     print(f"compiling {len(trials)} kernels in {jobs} processes", flush=True)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         list(pool.map(sweep.compile_one, trials, chunksize=4))
+
+
+# A compiling process's CUDA context and what else it holds besides its layer of experts
+CONTEXT_BYTES = 1 << 30
+
+
+def processes_that_fit() -> int:
+    """How many compiling processes this GPU's free memory holds, each with its own layer of experts: in
+    bf16, in fp8, and the two fp32 temporaries of gate/up that quantizing them holds at once (sixteen
+    processes, about 5.9 GiB each, overflowed an H100's 80 GB)."""
+    elements = NUM_EXPERTS * 3 * HIDDEN * INTERMEDIATE
+    gate_up_elements = elements * 2 // 3
+    per_process = CONTEXT_BYTES + elements * (BF16_BYTES + 1) + 2 * gate_up_elements * 4
+    free, _ = torch.cuda.mem_get_info()
+    return max(1, free // per_process)
 
 
 def timed_configs(

@@ -167,12 +167,14 @@ DEFAULT_CONFIG: Config = (32, 256, 4, 4)
 FP8_CONFIGS: dict[tuple[int, int], Config] = {
     # Qwen3-30B-A3B: qkv, o
     (5120, 2048): (32, 256, 4, 4),
-    (2048, 4096): (32, 512, 4, 4),
+    (2048, 4096): (32, 256, 4, 4),  # split 2 ways (`SPLIT_K`)
 }
 # Programs a strip of output columns, per (n, k, bytes of a weight element), where more than one: narrow
-# weights whose strips leave SMs idle. None measured faster yet (`skinny_matmul_bench --splits`), so every
-# shape runs one program a strip.
-SPLIT_K: dict[tuple[int, int, int], int] = {}
+# weights whose strips leave SMs idle, where `skinny_matmul_bench --splits` found a split faster and the
+# engine's single stream agreed (experiments/results/2026-12-05-h100-moe-tiles-and-o-split.md).
+SPLIT_K: dict[tuple[int, int, int], int] = {
+    (2048, 4096, 1): 2,  # Qwen3-30B-A3B's o projection in fp8: 64 strips of 32 columns
+}
 
 
 def skinny_config(n: int, k: int, gated: bool = False, weight_bytes: int = 2) -> Config | None:

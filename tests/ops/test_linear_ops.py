@@ -168,7 +168,15 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
     """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
     and with the activation."""
     from nvllm.ops.fp8 import quantize_rows
-    from nvllm.ops.skinny_matmul import CONFIGS, DEFAULT_CONFIG, FP8_CONFIGS, GATED_CONFIGS, skinny_matmul
+    from nvllm.ops.skinny_matmul import (
+        CONFIGS,
+        DEFAULT_CONFIG,
+        FP8_CONFIGS,
+        GATED_CONFIGS,
+        SPLIT_K,
+        skinny_config,
+        skinny_matmul,
+    )
 
     torch.manual_seed(0)
     weight = torch.randn(1000, 1560, device="cuda", dtype=torch.bfloat16) / 1560**0.5  # every mask in play
@@ -191,6 +199,15 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
             expected = F.linear(x[:num_rows].float(), dequantized)
             got = skinny_matmul(x[:num_rows], fp8_weight, config, weight_scale=scale).float()
             what = f"fp8 {config}, {num_rows} rows"
+            torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
+    # each split the table names, at its shape's configuration (fp8: the weight above; bf16: `weight`)
+    for (n, k, weight_bytes), split_k in SPLIT_K.items():
+        config = skinny_config(n, k, weight_bytes=weight_bytes)
+        w, w_scale = (fp8_weight, scale) if weight_bytes == 1 else (weight, None)
+        for num_rows in (1, 2, SKINNY_MAX_ROWS):
+            expected = F.linear(x[:num_rows].float(), dequantized if weight_bytes == 1 else weight.float())
+            got = skinny_matmul(x[:num_rows], w, config, weight_scale=w_scale, split_k=split_k).float()
+            what = f"{config} split {split_k}, {num_rows} rows"
             torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
 
 
