@@ -33,10 +33,28 @@ def start_engine(config: EngineConfig) -> LLM:
     return LLM.from_config(config)
 
 
+# The prompt lengths the warm-up prefills on a GPU, one prompt each, capped at a step's token budget.
+WARM_UP_PREFILL_LENGTHS = (8, 32, 128, 512, 2048, 8192, 32768)
+
+
 def warm_up(llm: LLM) -> None:
-    """One short request before timing, as nano-vLLM's bench does: a process's first steps pay one-off costs
-    (lazy library initialisation, kernel selection) that would otherwise land in the first job of a sweep."""
-    llm.generate([[0] * 8], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)
+    """Requests before timing: a process's first steps pay one-off costs (lazy library initialisation,
+    kernel selection) that would otherwise land in the first job of a sweep. One short request, as
+    nano-vLLM's bench does; on a GPU, a prompt of each of `WARM_UP_PREFILL_LENGTHS` as well. Triton compiles
+    a kernel the first time a launch shape comes, and some launch shapes follow a step's token count (the
+    MoE matmuls' bands, `nvllm.ops.moe_tiles`). The decode graphs' capture meets every decode batch, but no
+    prefill: on a cold machine those compiles fell inside the measured prefill
+    (experiments/results/2026-12-05-h100-fp16-dots-and-cold-prefill.md). Each prompt has its own token, so
+    that none is served from another's cached prefix."""
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    llm.generate([[0] * 8], params, use_tqdm=False)
+    if not llm.config.device.startswith("cuda"):
+        return
+    scheduler = llm.config.scheduler
+    longest = min(scheduler.max_num_batched_tokens, scheduler.max_model_len - params.max_tokens)
+    lengths = sorted({min(length, longest) for length in WARM_UP_PREFILL_LENGTHS})
+    for token, length in enumerate(lengths, start=1):
+        llm.generate([[token] * length], params, use_tqdm=False)
 
 
 def _phase_totals(llm: LLM) -> dict[str, tuple[int, float]]:
