@@ -57,24 +57,31 @@ def warm_up(llm: LLM) -> None:
         llm.generate([[token] * length], params, use_tqdm=False)
 
 
-def _phase_totals(llm: LLM) -> dict[str, tuple[int, float]]:
-    """Tokens and seconds per phase over the engine's life, from its per-step accounting."""
+def _counters(llm: LLM) -> dict[str, tuple[int, float]]:
+    """Over the engine's life, from its per-step accounting: tokens and seconds per phase, and the prompt
+    tokens looked up in the prefix cache and found there."""
     stats = llm.stats()
-    return {phase: (stats[f"{phase}_tokens"], stats[f"{phase}_s"]) for phase in ("prefill", "decode")}
+    counters = {phase: (stats[f"{phase}_tokens"], stats[f"{phase}_s"]) for phase in ("prefill", "decode")}
+    prefix_cache = (stats["prefix_cache_hit_tokens"], stats["prefix_cache_queried_tokens"])
+    return counters | {"prefix_cache": prefix_cache}
 
 
 @contextmanager
 def measured(llm: LLM) -> Iterator[dict]:
-    """Wall time and prefill/decode tok/s of what runs inside the block (the engine's own counters would
-    include the warm-up), into the yielded dict when the block ends."""
+    """Wall time, prefill/decode tok/s and the prefix cache's hit rate of what runs inside the block (the
+    engine's own counters would include the warm-up and earlier repeats), into the yielded dict when the
+    block ends."""
     metrics: dict = {}
-    before = _phase_totals(llm)
+    before = _counters(llm)
     start = time.perf_counter()
     yield metrics
     metrics["wall_s"] = time.perf_counter() - start
-    for phase, (tokens, seconds) in _phase_totals(llm).items():
-        tokens, seconds = tokens - before[phase][0], seconds - before[phase][1]
+    after = _counters(llm)
+    for phase in ("prefill", "decode"):
+        tokens, seconds = (now - then for now, then in zip(after[phase], before[phase]))
         metrics[f"{phase}_tok_per_s"] = tokens_per_second(tokens, seconds)
+    hits, queried = (now - then for now, then in zip(after["prefix_cache"], before["prefix_cache"]))
+    metrics["prefix_cache_hit_rate"] = hits / queried if queried else 0.0
 
 
 def timed_generate(
@@ -90,7 +97,8 @@ def timed_generate(
 
 
 def engine_metrics(llm: LLM) -> dict:
-    """Start-up times, memory and scheduling counters (call before shutdown)."""
+    """Start-up times, memory and scheduling counters (call before shutdown); the prefix cache's hit rate
+    is `measured`'s."""
     stats = llm.stats()
     on_cuda = llm.device.startswith("cuda")
     return {
@@ -101,7 +109,6 @@ def engine_metrics(llm: LLM) -> dict:
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if on_cuda else None,
         "num_kv_blocks": stats["num_kv_blocks"],
         "num_preemptions": stats["num_preemptions"],
-        "prefix_cache_hit_rate": stats["prefix_cache_hit_rate"],
     }
 
 

@@ -306,6 +306,8 @@ class LLMEngine:
             "num_kv_blocks": self.block_manager.num_blocks,
             "num_preemptions": self.scheduler.num_preemptions,
             "prefix_cache_hit_rate": self.block_manager.prefix_hit_rate,
+            "prefix_cache_queried_tokens": self.block_manager.num_queried_tokens,  # prompt tokens looked up
+            "prefix_cache_hit_tokens": self.block_manager.num_hit_tokens,  # of those, found cached
             "prefill_tokens": self.num_prefill_tokens,
             "decode_tokens": self.num_decode_tokens,
             # KV tokens decode steps read (per layer), and what they would read without cascade attention

@@ -24,6 +24,7 @@ REPEATED_METRICS = {
     "output_tok_per_s",
     "prefill_tok_per_s",
     "decode_tok_per_s",
+    "prefix_cache_hit_rate",
     *(f"{phase}_{kind}" for phase in ("prefill", "decode") for kind in ("mfu", "mbu")),
 }
 BENCH_METRICS = {
@@ -35,7 +36,6 @@ BENCH_METRICS = {
     "peak_gpu_memory_gib",
     "num_kv_blocks",
     "num_preemptions",
-    "prefix_cache_hit_rate",
 }
 
 

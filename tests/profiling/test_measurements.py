@@ -45,7 +45,7 @@ def test_repeats_run_on_fresh_requests_and_report_their_spread(tmp_path):
         values = sorted(measured[name] for measured in per_repeat)
         assert (metrics[f"{name}_min"], metrics[name], metrics[f"{name}_max"]) == tuple(values)  # 3: median
     # fresh draws: no repeat's prompts hit the KV blocks another left in the prefix cache
-    assert metrics["prefix_cache_hit_rate"] == 0
+    assert metrics["prefix_cache_hit_rate_max"] == 0
     prompts = [make_requests(workload, vocab_size=10_001, repeat=repeat)[0] for repeat in range(3)]
     assert prompts[0] == make_requests(workload, vocab_size=10_001)[0]  # repeat 0: the seed's own requests
     assert len({str(p) for p in prompts}) == 3
