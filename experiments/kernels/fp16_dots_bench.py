@@ -2,10 +2,10 @@
 fp16 would save a single stream.
 
 Every e4m3 value is an fp16 one, and Hopper converts a pair of them to fp16 in one instruction; bf16 needs
-more (`nvllm.ops.e4m3_to_bf16`). The single stream's fp8 kernels are bound by the instructions they issue,
-not by their bytes (experiments/results/2026-12-05-cpu-fp8-weights-f16-dots.md counts them), so fewer
-conversions could make them faster. No engine path runs fp16 activations yet; this measures whether one
-should.
+more (`nvllm.ops.e4m3_to_bf16`). Counted in SASS, fp16 dots cut a third of the single stream's fp8 loops'
+instructions (experiments/results/2026-12-05-cpu-fp8-weights-f16-dots.md); this measures whether that makes
+the kernels faster, before any engine path multiplies fp16 activations (it did not:
+experiments/results/2026-12-05-h100-fp16-dots-and-cold-prefill.md).
 
 For each fp8 kernel of a single stream, at 1 and 2 rows (a single stream's graph runs one token, or one
 and its padding): µs with bf16 activations (bits moved, the engine's way) and with fp16 activations

@@ -236,7 +236,7 @@ CONTEXT_BYTES = 1 << 30
 def processes_that_fit() -> int:
     """How many compiling processes this GPU's free memory holds, each with its own layer of experts: in
     bf16, in fp8, and the two fp32 temporaries of gate/up that quantizing them holds at once (sixteen
-    processes, about 5.9 GiB each, overflowed an H100's 80 GB)."""
+    overflowed an H100: experiments/results/2026-12-05-h100-moe-tiles-and-o-split.md)."""
     elements = NUM_EXPERTS * 3 * HIDDEN * INTERMEDIATE
     gate_up_elements = elements * 2 // 3
     per_process = CONTEXT_BYTES + elements * (BF16_BYTES + 1) + 2 * gate_up_elements * 4
