@@ -412,8 +412,10 @@ STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout 
 HEADS_FIRST = True
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, where heads first puts the rows
 # With splits, the last program of a (row, KV head) to finish combines its group's partial outputs, so that
-# no second kernel is launched; False: `_combine_splits_kernel` after the kernel. Not yet timed on a GPU:
-# the A/B keeps one of the two ways to combine and removes the other.
+# no second kernel is launched; False: `_combine_splits_kernel` after the kernel. A first version, whose
+# last program read the splits one after another, was slower than the second kernel
+# (experiments/results/2026-12-05-h200-decode-order.md); here the splits' loop is unrolled, so that their
+# loads are issued together. Not yet timed on a GPU: the A/B keeps one of the two ways and removes the other.
 COMBINE_IN_KERNEL = False
 
 
