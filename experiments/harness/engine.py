@@ -51,8 +51,8 @@ def warm_up(llm: LLM) -> None:
     if not llm.config.device.startswith("cuda"):
         return
     scheduler = llm.config.scheduler
-    longest = min(scheduler.max_num_batched_tokens, scheduler.max_model_len - params.max_tokens)
-    lengths = sorted({min(length, longest) for length in WARM_UP_PREFILL_LENGTHS})
+    longest = max(0, min(scheduler.max_num_batched_tokens, scheduler.max_model_len - params.max_tokens))
+    lengths = sorted({min(length, longest) for length in WARM_UP_PREFILL_LENGTHS} - {0})
     for token, length in enumerate(lengths, start=1):
         llm.generate([[token] * length], params, use_tqdm=False)
 

@@ -29,6 +29,8 @@ class RecordingLLM:
         # a prompt and its two output tokens within max_model_len
         (16384, 300, [8, 32, 128, 298]),
         (16384, 4096, [8, 32, 128, 512, 2048, 4094]),
+        # no room for a prompt beside its output tokens: the short request alone
+        (16384, 2, []),
     ],
 )
 def test_on_a_gpu_the_warm_up_prefills_a_prompt_of_each_length_up_to_a_steps_budget(
