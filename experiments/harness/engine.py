@@ -40,7 +40,8 @@ WARM_UP_PREFILL_LENGTHS = (8, 32, 128, 512, 2048, 8192, 32768)
 def warm_up(llm: LLM) -> None:
     """Requests before timing: a process's first steps pay one-off costs (lazy library initialisation,
     kernel selection) that would otherwise land in the first job of a sweep. One short request, as
-    nano-vLLM's bench does; on a GPU, a prompt of each of `WARM_UP_PREFILL_LENGTHS` as well. Triton compiles
+    nano-vLLM's bench does; on a GPU, a prompt of each of `WARM_UP_PREFILL_LENGTHS` as well (as long as a
+    step's budget, `max_model_len` and the KV cache allow). Triton compiles
     a kernel the first time a launch shape comes, and some launch shapes follow a step's token count (the
     MoE matmuls' bands, `nvllm.ops.moe_tiles`). The decode graphs' capture meets every decode batch, but no
     prefill: on a cold machine those compiles fell inside the measured prefill
@@ -51,7 +52,9 @@ def warm_up(llm: LLM) -> None:
     if not llm.config.device.startswith("cuda"):
         return
     scheduler = llm.config.scheduler
-    longest = max(0, min(scheduler.max_num_batched_tokens, scheduler.max_model_len - params.max_tokens))
+    kv_tokens = llm.stats()["num_kv_blocks"] * llm.config.cache.block_size
+    room = min(scheduler.max_model_len, kv_tokens) - params.max_tokens
+    longest = max(0, min(scheduler.max_num_batched_tokens, room))
     lengths = sorted({min(length, longest) for length in WARM_UP_PREFILL_LENGTHS} - {0})
     for token, length in enumerate(lengths, start=1):
         llm.generate([[token] * length], params, use_tqdm=False)

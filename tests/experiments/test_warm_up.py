@@ -12,31 +12,38 @@ from experiments.harness.engine import warm_up
 class RecordingLLM:
     """Records the prompts of each `generate` call."""
 
-    def __init__(self, device: str, budget: int, max_model_len: int):
+    def __init__(self, device: str, budget: int, max_model_len: int, kv_blocks: int = 1000):
         scheduler = SimpleNamespace(max_num_batched_tokens=budget, max_model_len=max_model_len)
-        self.config = SimpleNamespace(device=device, scheduler=scheduler)
+        cache = SimpleNamespace(block_size=256)
+        self.config = SimpleNamespace(device=device, scheduler=scheduler, cache=cache)
+        self.kv_blocks = kv_blocks
         self.calls = []
+
+    def stats(self):
+        return {"num_kv_blocks": self.kv_blocks}
 
     def generate(self, prompts, params, use_tqdm):
         self.calls.append((prompts, params.max_tokens))
 
 
 @pytest.mark.parametrize(
-    "budget, max_model_len, lengths",
+    "budget, max_model_len, kv_blocks, lengths",
     [
         # every length up to the step's budget, then the budget itself
-        (1024, 4096, [8, 32, 128, 512, 1024]),
+        (1024, 4096, 1000, [8, 32, 128, 512, 1024]),
         # a prompt and its two output tokens within max_model_len
-        (16384, 300, [8, 32, 128, 298]),
-        (16384, 4096, [8, 32, 128, 512, 2048, 4094]),
+        (16384, 300, 1000, [8, 32, 128, 298]),
+        (16384, 4096, 1000, [8, 32, 128, 512, 2048, 4094]),
+        # ... and within the KV cache (2 blocks of 256 tokens)
+        (16384, 4096, 2, [8, 32, 128, 510]),
         # no room for a prompt beside its output tokens: the short request alone
-        (16384, 2, []),
+        (16384, 2, 1000, []),
     ],
 )
 def test_on_a_gpu_the_warm_up_prefills_a_prompt_of_each_length_up_to_a_steps_budget(
-    budget, max_model_len, lengths
+    budget, max_model_len, kv_blocks, lengths
 ):
-    llm = RecordingLLM("cuda:0", budget, max_model_len)
+    llm = RecordingLLM("cuda:0", budget, max_model_len, kv_blocks)
     warm_up(llm)
     prompts = [prompts for prompts, _ in llm.calls]
     assert prompts[0] == [[0] * 8]  # the short request first
