@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
-from nvllm.ops.split_reduction import MAX_TILES, tile_counters
+from nvllm.ops.split_reduction import arrived_last, launch_counters
 from nvllm.ops.triton_interpreter import INTERPRETED
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
@@ -279,9 +279,7 @@ def _paged_decode_kernel(
     lse = tl.where(attended, (running_max + tl.log2(safe_normaliser)) * LN_2, float("-inf"))
     tl.store(lse_ptr + (split * num_rows + row) * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
     if COMBINE_HERE:
-        tl.debug_barrier()  # every thread's partials written before the count that releases them
-        counter = counters_ptr + row * NUM_KV_HEADS + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == NUM_SPLITS - 1:
+        if arrived_last(counters_ptr + row * NUM_KV_HEADS + kv_head, NUM_SPLITS):
             _combine_group(
                 out_ptr,
                 lse_ptr,
@@ -299,7 +297,6 @@ def _paged_decode_kernel(
                 HEAD_DIM,
                 NUM_SPLITS,
             )
-            tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # for the next launch
 
 
 @triton.jit
@@ -468,10 +465,7 @@ def paged_decode_attention(
         split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
         split_lse = lse.new_empty((num_splits, rows, num_heads))
     combine_here = COMBINE_IN_KERNEL and num_splits > 1
-    counters = lse  # unread unless combine_here
-    if combine_here:
-        assert rows * num_kv_heads <= MAX_TILES, f"{rows} rows of {num_kv_heads} KV heads: too few counters"
-        counters = tile_counters(query.device)
+    counters = launch_counters(query.device, rows * num_kv_heads) if combine_here else lse  # lse: unread
     grid, heads_first = decode_grid(rows, num_kv_heads, num_splits)
     _paged_decode_kernel[grid](
         query,
