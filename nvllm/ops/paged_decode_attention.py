@@ -9,8 +9,7 @@ rows, so several programs share an SM and their loads overlap.
 
 A batch of a few sequences has too few (sequence, KV head) pairs to keep the GPU's memory system busy, so
 its KV can be cut into splits, one program each, whose partial outputs a second small kernel combines by
-their log-sum-exps (flash-decoding), or, with `COMBINE_IN_KERNEL`, the last of a (row, KV head)'s split
-programs to finish, counted in as the split reduction counts (`nvllm.ops.split_reduction`).
+their log-sum-exps (flash-decoding).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
-from nvllm.ops.split_reduction import arrived_last, launch_counters
 from nvllm.ops.triton_interpreter import INTERPRETED
 
 MIN_QUERY_ROWS = 16  # the smallest tensor-core tile: a KV head's group of queries is padded to it
@@ -138,15 +136,10 @@ def _paged_decode_kernel(
     seqlens_ptr,
     out_ptr,
     lse_ptr,
-    combined_out_ptr,  # [rows, heads, head_dim] where COMBINE_HERE: the splits' combined output
-    combined_lse_ptr,  # [rows, heads] where COMBINE_HERE
-    counters_ptr,  # [rows * NUM_KV_HEADS] int32, zeros, where COMBINE_HERE
     query_row_stride,
     query_head_stride,
     out_row_stride,
     out_head_stride,
-    combined_row_stride,
-    combined_head_stride,
     block_table_stride,
     scale,
     BLOCK_SIZE: tl.constexpr,
@@ -161,7 +154,6 @@ def _paged_decode_kernel(
     FP8_PAIRS: tl.constexpr,
     IN_PTX: tl.constexpr,
     HEADS_FIRST: tl.constexpr,
-    COMBINE_HERE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)
@@ -264,8 +256,8 @@ def _paged_decode_kernel(
     safe_normaliser = tl.where(attended, normaliser, 1.0)
     out = tl.where(attended[:, None], acc / safe_normaliser[:, None], 0.0)
     # with splits, out and lse are this split's partials: [splits, rows, heads, ...] in fp32
-    split_out_ptr = out_ptr + split * num_rows * out_row_stride
-    out_rows = split_out_ptr + row * out_row_stride + heads[:, None] * out_head_stride
+    out_ptr += split * num_rows * out_row_stride
+    out_rows = out_ptr + row * out_row_stride + heads[:, None] * out_head_stride
     if FP8_PAIRS:
         out_odd = tl.where(attended[:, None], acc_odd / safe_normaliser[:, None], 0.0)
         tl.store(out_rows + 2 * half_dims[None, :], out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
@@ -277,80 +269,8 @@ def _paged_decode_kernel(
     else:
         tl.store(out_rows + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
     lse = tl.where(attended, (running_max + tl.log2(safe_normaliser)) * LN_2, float("-inf"))
-    tl.store(lse_ptr + (split * num_rows + row) * NUM_KV_HEADS * GROUP + heads, lse, mask=in_group)
-    if COMBINE_HERE:
-        if arrived_last(counters_ptr + row * NUM_KV_HEADS + kv_head, NUM_SPLITS):
-            _combine_group(
-                out_ptr,
-                lse_ptr,
-                combined_out_ptr,
-                combined_lse_ptr,
-                row,
-                num_rows,
-                heads,
-                in_group,
-                out_row_stride,
-                out_head_stride,
-                combined_row_stride,
-                combined_head_stride,
-                NUM_KV_HEADS * GROUP,
-                HEAD_DIM,
-                NUM_SPLITS,
-            )
-
-
-@triton.jit
-def _combine_group(
-    partial_out_ptr,
-    partial_lse_ptr,
-    out_ptr,
-    lse_ptr,
-    row,
-    num_rows,
-    heads,
-    in_group,
-    partial_row_stride,
-    partial_head_stride,
-    out_row_stride,
-    out_head_stride,
-    NUM_HEADS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-):
-    """A row's `heads` (a KV head's group, `in_group` the real ones): the splits' partial outputs
-    `[splits, rows, heads, head_dim]` weighted by their share of the softmax's normaliser (their
-    log-sum-exps'), and the combined log-sum-exp, as `_combine_splits_kernel` weighs a head's. Read past
-    the L1: other programs wrote them."""
-    dims = tl.arange(0, HEAD_DIM)
-    lse_rows = partial_lse_ptr + row * NUM_HEADS + heads
-    lse_max = tl.full(heads.shape, float("-inf"), tl.float32)
-    # both loops unrolled: every split's loads in flight together, not one round of L2 latency a split
-    for split in tl.static_range(NUM_SPLITS):
-        partial_lse = tl.load(
-            lse_rows + split * num_rows * NUM_HEADS, in_group, float("-inf"), cache_modifier=".cg"
-        )
-        lse_max = tl.maximum(lse_max, partial_lse)
-    safe_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)  # no split attended: zeros and -inf
-    total = tl.zeros(heads.shape, tl.float32)
-    out = tl.zeros((heads.shape[0], HEAD_DIM), tl.float32)
-    out_rows = (
-        partial_out_ptr + row * partial_row_stride + heads[:, None] * partial_head_stride + dims[None, :]
-    )
-    for split in tl.static_range(NUM_SPLITS):
-        partial_lse = tl.load(
-            lse_rows + split * num_rows * NUM_HEADS, in_group, float("-inf"), cache_modifier=".cg"
-        )
-        weight = tl.exp(partial_lse - safe_max)
-        total += weight
-        partial_out = tl.load(
-            out_rows + split * num_rows * partial_row_stride, in_group[:, None], 0.0, cache_modifier=".cg"
-        )
-        out += partial_out * weight[:, None]
-    out = out / tl.where(total > 0, total, 1.0)[:, None]
-    out_rows = out_ptr + row * out_row_stride + heads[:, None] * out_head_stride + dims[None, :]
-    tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
-    lse = tl.where(total > 0, safe_max + tl.log(total), float("-inf"))
-    tl.store(lse_ptr + row * NUM_HEADS + heads, lse, mask=in_group)
+    lse_ptr += (split * num_rows + row) * NUM_KV_HEADS * GROUP
+    tl.store(lse_ptr + heads, lse, mask=in_group)
 
 
 @triton.jit
@@ -409,12 +329,6 @@ STAGE_FP8_VALUES = True  # False: convert an fp8 value tile in the dot's layout 
 # programs running together each read one head's slice of every token (the bench's comparison).
 HEADS_FIRST = True
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis, where heads first puts the rows
-# With splits, the last program of a (row, KV head) to finish combines its group's partial outputs, so that
-# no second kernel is launched; False: `_combine_splits_kernel` after the kernel. A first version, whose
-# last program read the splits one after another, was slower than the second kernel
-# (experiments/results/2026-12-05-h200-decode-order.md); here the splits' loop is unrolled, so that their
-# loads are issued together. Not yet timed on a GPU: the A/B keeps one of the two ways and removes the other.
-COMBINE_IN_KERNEL = False
 
 
 def register_budget(max_registers: int | None) -> dict[str, int]:
@@ -464,8 +378,6 @@ def paged_decode_attention(
     if num_splits > 1:
         split_out = query.new_empty((num_splits, *query.shape), dtype=torch.float32)
         split_lse = lse.new_empty((num_splits, rows, num_heads))
-    combine_here = COMBINE_IN_KERNEL and num_splits > 1
-    counters = launch_counters(query.device, rows * num_kv_heads) if combine_here else lse  # lse: unread
     grid, heads_first = decode_grid(rows, num_kv_heads, num_splits)
     _paged_decode_kernel[grid](
         query,
@@ -475,15 +387,10 @@ def paged_decode_attention(
         seqlens_k,
         split_out,
         split_lse,
-        out,
-        lse,
-        counters,
         query.stride(0),
         query.stride(1),
         split_out.stride(-3),
         split_out.stride(-2),
-        out.stride(0),
-        out.stride(1),
         block_tables.stride(0),
         scale,
         BLOCK_SIZE=block_size,
@@ -498,13 +405,12 @@ def paged_decode_attention(
         FP8_PAIRS=FP8_ELEMENT_PAIRS and k_cache.dtype == torch.float8_e4m3fn,
         IN_PTX=not INTERPRETED,
         HEADS_FIRST=heads_first,
-        COMBINE_HERE=combine_here,
         num_warps=num_warps or default_warps,
         num_stages=num_stages or default_stages,
         **register_budget(max_registers or MAX_REGISTERS),
         **pdl_launch(query.device),
     )
-    if num_splits > 1 and not combine_here:
+    if num_splits > 1:
         _combine_splits_kernel[(rows, num_heads)](
             split_out,
             split_lse,

@@ -1,6 +1,5 @@
 """A reduction split over several programs, summed without any program waiting for another: the skinny
-matmul's (`nvllm.ops.skinny_matmul`) way to put more programs on a few tokens' narrow outputs. The count
-(`arrived_last`) also serves the decode attention kernel's splits where its last program combines them.
+matmul's (`nvllm.ops.skinny_matmul`) way to put more programs on a few tokens' narrow outputs.
 
 Each program of a tile of output writes its partial sum (fp32) to a workspace and counts itself in on the
 tile's counter; the last to arrive adds the tile's partials in split order, so that the sum does not depend

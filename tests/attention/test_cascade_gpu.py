@@ -134,40 +134,6 @@ def test_triton_decode_kernel_matches_flash_attn(heads, num_splits, block_n, num
     assert out[0].eq(0).all() and lse[0].eq(float("-inf")).all()
 
 
-@pytest.mark.parametrize("num_splits", [2, 16])
-def test_the_decode_kernels_own_combine_of_its_splits_equals_the_second_kernels_in_a_graph(
-    num_splits, monkeypatch
-):
-    """`COMBINE_IN_KERNEL`: each (row, KV head)'s last split program combines the group's partials in place
-    of `_combine_splits_kernel`; the same outputs, replayed in a CUDA graph (its counters back at zero)."""
-    from nvllm.ops import paged_decode_attention as decode_module
-    from nvllm.ops.paged_decode_attention import paged_decode_attention
-    from nvllm.ops.split_reduction import tile_counters
-
-    torch.manual_seed(0)
-    rows, width = 8, 5
-    seqlens = torch.tensor([0, 1, 64, 65, 257, 1000, width * BLOCK, 700], dtype=torch.int32).cuda()
-    tables = torch.randperm(rows * width).view(rows, width).to(torch.int32).cuda()
-    k_cache = torch.randn(rows * width, BLOCK, KV_HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    v_cache = torch.randn_like(k_cache)
-    query = torch.randn(rows, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    arguments = (query, k_cache, v_cache, seqlens, tables, HEAD_DIM**-0.5, num_splits)
-    expected_out, expected_lse = paged_decode_attention(*arguments)
-    monkeypatch.setattr(decode_module, "COMBINE_IN_KERNEL", True)
-    out, lse = paged_decode_attention(*arguments)  # outside the capture: its counters made
-    torch.testing.assert_close(out, expected_out, atol=1e-2, rtol=1e-2)
-    torch.testing.assert_close(lse, expected_lse, atol=1e-5, rtol=1e-5)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = paged_decode_attention(*arguments)
-    for _ in range(3):
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out, expected_out, atol=1e-2, rtol=1e-2)
-        torch.testing.assert_close(lse, expected_lse, atol=1e-5, rtol=1e-5)
-        assert not tile_counters(query.device).any()
-
-
 def shared_prefix_prompts() -> list[list[int]]:
     # four full blocks shared by 72 requests: batches of more rows than flash-attn serves the remainders of
     prefix = list(range(3000, 4100))
