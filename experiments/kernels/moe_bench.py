@@ -13,7 +13,8 @@ quantization kernel included in the time).
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
 so that the down launch's share shows), and routed in their kernels from the logits against the routing
 kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one and two tokens, each of
-its two kernels' launch shapes from a grid, the fastest printed to paste.
+its two kernels' launch shapes from a grid, the fastest printed to paste; and its two ways (on the CUDA
+cores, on tensor cores) at the batches a single stream's graph and two streams run.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
@@ -46,6 +47,20 @@ SKINNY_GRIDS = {
     "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
     "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
 }
+# on the CUDA cores (`ON_CUDA_CORES`) a program's products are a [BLOCK_N, BLOCK_K] fp32 tile in registers,
+# two of them in gate/up: tiles past 64 fp32 registers a thread (at 4 warps) are left out
+FMA_GRIDS = {
+    "FMA_GATE_UP_LAUNCH": [
+        launch
+        for launch in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8), (1, 3))
+        if 2 * launch[0] * launch[1] <= 64 * 32 * launch[2]
+    ],
+    "FMA_DOWN_LAUNCH": [
+        launch
+        for launch in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8), (1, 3))
+        if launch[0] * launch[1] <= 64 * 32 * launch[2]
+    ],
+}
 
 
 def random_experts() -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,11 +86,18 @@ def expert_bytes(*stacked: torch.Tensor | None) -> int:
     return sum(t[0].numel() * t.element_size() for t in stacked if t is not None)
 
 
-def routed_batch(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`tokens` random hidden states, uniform random router logits, and their routing weights and experts."""
+def routed_batch(
+    tokens: int, padding: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`tokens` random hidden states, uniform random router logits, and their routing weights and experts;
+    the last `padding` of them padding rows, routed as the engine routes them (weight 0, the first row's
+    experts: `nvllm.ops.moe_routing.padding_follows_first`)."""
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
     logits = torch.randn(tokens, NUM_EXPERTS, device="cuda", dtype=torch.bfloat16)
     weights, ids = route(logits, TOP_K, renormalize=True)
+    if padding:
+        weights[tokens - padding :] = 0
+        ids[tokens - padding :] = ids[0]
     return x, logits, weights, ids
 
 
@@ -101,22 +123,45 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
     )
 
 
+def compare_skinny_ways(gate_up, down, scales) -> None:
+    """The skinny experts on the CUDA cores against on tensor cores (`ON_CUDA_CORES`), at one token and its
+    padding row (a single stream's graph) and at two tokens, each way at its tables' entries."""
+    weight_bytes = gate_up.element_size()
+    quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
+    chosen = moe_skinny_triton.ON_CUDA_CORES[weight_bytes]
+    for padding in (1, 0):
+        x, _, weights, ids = routed_batch(2, padding)
+        run = partial(skinny_experts, x, gate_up, down, TOP_K, routing=(weights, ids), **quantized)
+        times = {}
+        for on_cuda_cores in (True, False):
+            moe_skinny_triton.ON_CUDA_CORES[weight_bytes] = on_cuda_cores
+            times[on_cuda_cores] = time_us(run)
+        moe_skinny_triton.ON_CUDA_CORES[weight_bytes] = chosen
+        print(
+            f"{2 - padding} token(s) in a batch of 2: on the CUDA cores {times[True]:6.1f} us, "
+            f"on tensor cores {times[False]:6.1f} us",
+            flush=True,
+        )
+
+
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes) over its grid at one and two tokens, the
-    other table at its entry; the fastest summed over both, printed to paste into the table's entry for
-    these weights."""
+    """Each table of the kernels' launch shapes of the way the experts' weights take (`SKINNY_GRIDS`, or
+    `FMA_GRIDS` on the CUDA cores) over its grid, at the batches a single stream and two streams run (one
+    token and its padding row, two tokens), the other table at its entry; the fastest summed over both,
+    printed to paste into the table's entry for these weights."""
     best = {}
     weight_bytes = gate_up.element_size()
-    for name in SKINNY_GRIDS:
+    grids = FMA_GRIDS if moe_skinny_triton.ON_CUDA_CORES[weight_bytes] else SKINNY_GRIDS
+    for name in grids:
         table = getattr(moe_skinny_triton, name)
         chosen = table[weight_bytes]
         timed = []
-        for launch in SKINNY_GRIDS[name]:
+        for launch in grids[name]:
             table[weight_bytes] = launch
             total = 0.0
             try:
-                for tokens in (1, 2):
-                    x, logits, weights, ids = routed_batch(tokens)
+                for padding in (1, 0):
+                    x, logits, weights, ids = routed_batch(2, padding)
                     quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
                     routing = (weights, ids)
                     total += time_us(
@@ -125,11 +170,11 @@ def sweep_skinny_launches(gate_up, down, scales) -> None:
             except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
                 continue
             timed.append((total, launch))
-            print(f"{name}[{weight_bytes}] {launch}: {total:6.1f} us at 1 + 2 tokens", flush=True)
+            print(f"{name}[{weight_bytes}] {launch}: {total:6.1f} us at 1 (padded) + 2 tokens", flush=True)
         table[weight_bytes] = chosen
         best[name] = min(timed)
     for name, (total, launch) in best.items():
-        print(f"{name}[{weight_bytes}] = {launch}  # {total:.1f} us at 1 + 2 tokens")
+        print(f"{name}[{weight_bytes}] = {launch}  # {total:.1f} us at 1 (padded) + 2 tokens")
 
 
 def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None:
@@ -153,6 +198,7 @@ def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None
         if skinny and tokens <= SKINNY_TOKENS:
             print(f"      {skinny_times(x, gate_up, down, logits, weights, ids, scales)}", flush=True)
     if skinny:
+        compare_skinny_ways(gate_up, down, scales)
         sweep_skinny_launches(gate_up, down, scales)
 
 

@@ -48,6 +48,13 @@ ROWS = tl.constexpr(16)
 # flight), bf16's on the H100; fp32 (the interpreter's tests) takes bf16's
 GATE_UP_LAUNCH = {1: (32, 128, 4, 4), 2: (32, 128, 4, 3)}
 DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
+# By the bytes of an expert weight: whether the kernels multiply on the CUDA cores (fp32 fused multiply-adds,
+# each thread's products of a tile summed in registers across the loop) instead of tensor-core dots on rows
+# padded to 16. A padded dot gives each warp eight columns and a chain of MMAs as long as the reduction, one
+# warp a scheduler: latency, not bytes. Their launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages):
+ON_CUDA_CORES = {1: True, 2: False}
+FMA_GATE_UP_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 3)}
+FMA_DOWN_LAUNCH = {1: (8, 256, 4, 3), 2: (8, 256, 4, 3)}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
@@ -267,6 +274,154 @@ def _skinny_down_kernel(
     _first_row_store(out_ptr + token * stride_out, columns, total, inside)
 
 
+@triton.jit
+def _to_fp32(w, MOVE_BITS: tl.constexpr):
+    """A weight tile in fp32: an fp8 one by moving bits to bf16 first where `MOVE_BITS`."""
+    return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
+
+
+@triton.jit
+def _fma_gate_up_kernel(
+    x_ptr,  # [T, H]
+    w_ptr,  # [E, 2I, H]: gate rows, then up rows
+    w_scale_ptr,  # [E, 2I] where SCALED
+    out_ptr,  # [T * TOP_K, I]
+    logits_ptr,
+    topk_weights_ptr,
+    topk_ids_ptr,
+    padding_ptr,
+    num_tokens,
+    N,
+    K,
+    stride_x,
+    stride_logits,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_out,
+    routed_weights_ptr,  # [T * TOP_K] fp32 where ROUTE_HERE: the routing, written for the down kernel
+    routed_ids_ptr,  # [T * TOP_K] int32 where ROUTE_HERE
+    NUM_EXPERTS: tl.constexpr,
+    EXPERTS_POW2: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    RENORMALIZE: tl.constexpr,
+    ROUTE_HERE: tl.constexpr,
+    HAS_PADDING: tl.constexpr,
+    SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """`_skinny_gate_up_kernel`'s result on the CUDA cores: a `[BLOCK_N, BLOCK_K]` tile of products per
+    gate and up, added element by element across the loop and summed over the reduction once at the end."""
+    wait_for_prior_kernel(PDL)
+    pair = tl.program_id(0)
+    token = pair // TOP_K
+    weights, ids = _token_routing(
+        token,
+        logits_ptr,
+        stride_logits,
+        topk_weights_ptr,
+        topk_ids_ptr,
+        padding_ptr,
+        num_tokens,
+        NUM_EXPERTS,
+        EXPERTS_POW2,
+        TOP_K,
+        TOP_K_POW2,
+        RENORMALIZE,
+        ROUTE_HERE,
+        HAS_PADDING,
+    )
+    weight = _chosen(weights, pair % TOP_K, TOP_K_POW2)
+    expert = _chosen(ids, pair % TOP_K, TOP_K_POW2)
+    if ROUTE_HERE and tl.program_id(1) == 0:
+        tl.store(routed_weights_ptr + pair, weight)
+        tl.store(routed_ids_ptr + pair, expert)
+    if weight == 0:
+        launch_next_kernel(PDL)
+        return
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    gate_rows = w_ptr + expert.to(tl.int64) * stride_we + columns[:, None] * stride_wn
+    up_rows = gate_rows + N * stride_wn
+    gate = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_inside = ks < K
+        a = tl.load(x_ptr + token * stride_x + ks, k_inside, 0.0).to(tl.float32)[None, :]
+        mask = inside[:, None] & k_inside[None, :]
+        gate += _to_fp32(tl.load(gate_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
+        up += _to_fp32(tl.load(up_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
+    launch_next_kernel(PDL)
+    gate_sum, up_sum = tl.sum(gate, 1), tl.sum(up, 1)
+    if SCALED:
+        scales = w_scale_ptr + expert * stride_se + columns
+        gate_sum = gate_sum * tl.load(scales, inside, 0.0)
+        up_sum = up_sum * tl.load(scales + N, inside, 0.0)
+    activated = gate_sum * tl.sigmoid(gate_sum) * up_sum
+    tl.store(out_ptr + pair * stride_out + columns, activated.to(out_ptr.dtype.element_ty), inside)
+
+
+@triton.jit
+def _fma_down_kernel(
+    a_ptr,  # [T * TOP_K, I]: the gate/up kernel's output
+    w_ptr,  # [E, H, I]
+    w_scale_ptr,  # [E, H] where SCALED
+    out_ptr,  # [T, H]
+    topk_weights_ptr,  # [T, TOP_K]: given, or written by the gate/up kernel that routed
+    topk_ids_ptr,  # [T, TOP_K]
+    N,
+    stride_a,
+    stride_we,
+    stride_wn,
+    stride_se,
+    stride_out,
+    K: tl.constexpr,
+    TOP_K: tl.constexpr,
+    TOP_K_POW2: tl.constexpr,
+    SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """`_skinny_down_kernel`'s result on the CUDA cores: per pair, its expert's `[BLOCK_N, BLOCK_K]` tiles of
+    products (the intermediate times the routing weight) added element by element, then summed over the
+    reduction and scaled by the expert's row scales into the token's fp32 total. A padding token (every
+    weight 0) reads nothing and writes zeros."""
+    wait_for_prior_kernel(PDL)
+    token = tl.program_id(0)
+    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = columns < N
+    weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
+    total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    if tl.max(tl.abs(weights), 0) != 0:
+        for choice in range(0, TOP_K):
+            weight = _chosen(weights, choice, TOP_K_POW2)
+            expert = _chosen(ids, choice, TOP_K_POW2).to(tl.int64)
+            rows = w_ptr + expert * stride_we + columns[:, None] * stride_wn
+            pair_row = a_ptr + (token * TOP_K + choice).to(tl.int64) * stride_a
+            # a pair gate/up skipped (weight 0) has its row unwritten: neither it nor its expert is read
+            reduction = tl.where(weight != 0, K, 0)
+            products = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+            for k0 in tl.static_range(0, K, BLOCK_K):
+                ks = k0 + tl.arange(0, BLOCK_K)
+                k_inside = ks < reduction
+                a = tl.load(pair_row + ks, k_inside, 0.0).to(tl.float32) * weight
+                w = tl.load(rows + ks[None, :], inside[:, None] & k_inside[None, :], 0.0)
+                products += _to_fp32(w, MOVE_BITS) * a[None, :]
+            summed = tl.sum(products, 1)
+            if SCALED:
+                summed = summed * tl.load(w_scale_ptr + expert * stride_se + columns, inside, 0.0)
+            total += summed
+    launch_next_kernel(PDL)
+    tl.store(out_ptr + token * stride_out + columns, total.to(out_ptr.dtype.element_ty), inside)
+
+
 def skinny_experts(
     x: torch.Tensor,
     gate_up: torch.Tensor,
@@ -323,8 +478,11 @@ def skinny_gate_up(
     # routed here, padding tokens get weight 0; a given routing has them at weight 0 already
     padding_mask = padding.view(torch.uint8) if route_here and padding is not None else None
     activated = x.new_empty((num_tokens * top_k, intermediate))
-    block_n, block_k, warps, stages = GATE_UP_LAUNCH[min(gate_up.element_size(), 2)]
-    _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
+    weight_bytes = min(gate_up.element_size(), 2)
+    on_cuda_cores = ON_CUDA_CORES[weight_bytes]
+    kernel = _fma_gate_up_kernel if on_cuda_cores else _skinny_gate_up_kernel
+    block_n, block_k, warps, stages = (FMA_GATE_UP_LAUNCH if on_cuda_cores else GATE_UP_LAUNCH)[weight_bytes]
+    kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
         x,
         gate_up,
         gate_up if gate_up_scale is None else gate_up_scale,
@@ -374,7 +532,34 @@ def skinny_down(
     hidden = down.shape[1]
     down = down.contiguous()
     out = torch.empty_like(x)
-    block_n, block_k, warps, stages = DOWN_LAUNCH[min(down.element_size(), 2)]
+    weight_bytes = min(down.element_size(), 2)
+    if ON_CUDA_CORES[weight_bytes]:
+        block_n, block_k, warps, stages = FMA_DOWN_LAUNCH[weight_bytes]
+        _fma_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
+            activated,
+            down,
+            down if down_scale is None else down_scale,
+            out,
+            *routed,
+            hidden,
+            activated.stride(0),
+            down.stride(0),
+            down.stride(1),
+            0 if down_scale is None else down_scale.stride(0),
+            out.stride(0),
+            K=down.shape[2],
+            TOP_K=top_k,
+            TOP_K_POW2=triton.next_power_of_2(top_k),
+            SCALED=down_scale is not None,
+            MOVE_BITS=moves_bits(down, x),
+            BLOCK_N=block_n,
+            BLOCK_K=block_k,
+            num_warps=warps,
+            num_stages=stages,
+            **pdl_launch(x.device),
+        )
+        return out
+    block_n, block_k, warps, stages = DOWN_LAUNCH[weight_bytes]
     _skinny_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
         activated,
         down,
