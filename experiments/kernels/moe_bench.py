@@ -47,18 +47,20 @@ SKINNY_GRIDS = {
     "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
     "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
 }
-# on the CUDA cores (`ON_CUDA_CORES`) a program's products are a [BLOCK_N, BLOCK_K] fp32 tile in registers,
-# two of them in gate/up: tiles past 64 fp32 registers a thread (at 4 warps) are left out
+# on the CUDA cores (`ON_CUDA_CORES`) a program's products are an fp32 tile in registers: gate/up's two
+# [BLOCK_N, BLOCK_K], down's [TOP_K, BLOCK_N, BLOCK_K] (its token's experts side by side); tiles past 64
+# fp32 registers a thread are left out. Reductions read in one piece (2,048 for gate/up, 768 in 1,024 for
+# down) issue all their loads at once
 FMA_GRIDS = {
     "FMA_GATE_UP_LAUNCH": [
         launch
-        for launch in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8), (1, 3))
+        for launch in itertools.product((2, 4, 8, 16), (256, 512, 1024, 2048), (4, 8), (1,))
         if 2 * launch[0] * launch[1] <= 64 * 32 * launch[2]
     ],
     "FMA_DOWN_LAUNCH": [
         launch
-        for launch in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8), (1, 3))
-        if launch[0] * launch[1] <= 64 * 32 * launch[2]
+        for launch in itertools.product((1, 2, 4, 8), (256, 512, 1024), (4, 8), (1,))
+        if 8 * launch[0] * launch[1] <= 64 * 32 * launch[2]
     ],
 }
 

@@ -19,11 +19,15 @@ model's shapes.
 (`nvllm.ops.skinny_matmul.SPLIT_K`, for narrow weights whose strips leave SMs idle), and prints the split and
 its configuration to paste where one beats the table's unsplit configuration.
 
+`--fma` sweeps the kernel on the CUDA cores (`nvllm.ops.skinny_matmul.fma_matmul`, `FMA_GRID`) at one and
+two rows (a single stream's graph: a row and its padding) against the table's configuration and split, and
+prints `FMA_CONFIGS` lines to paste where it is faster (a MoE router's weight stays bf16 under `--fp8`).
+
 A sweep compiles dozens of kernels, a few seconds each; `--jobs N` compiles them in N processes first
 (Triton keeps them in its disk cache, so the timing pass only loads them), and `--compile-only` stops there.
 
 `python -m experiments.kernels.skinny_matmul_bench [--gated] [--fp8 [--move-bits]] [--wide] [--model M]
-[--splits S,...] [--jobs N] [--compile-only]`"""
+[--splits S,...] [--fma] [--jobs N] [--compile-only]`"""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ import triton
 from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
-from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
+from nvllm.ops.skinny_matmul import FMA_CONFIGS, fma_matmul, skinny_config, skinny_matmul
 
 SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head; a MoE model's qkv, o, router, LM head
     "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
@@ -57,6 +61,13 @@ CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5))
 WIDE_CONFIGS = list(itertools.product((16, 32, 64), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
 # the gated kernel reads two strips a program, so its blocks top out at half the plain kernel's bytes a step
 GATED_CONFIGS = list(itertools.product((16, 32), (128, 256), (4,), (3, 4, 5)))
+# on the CUDA cores a program's products are a [2, BLOCK_N, BLOCK_K] fp32 tile: at most 64 registers a thread
+FMA_GRID = [
+    config
+    for config in itertools.product((2, 4, 8, 16), (256, 512, 1024, 2048, 4096), (4, 8), (1,))
+    if 2 * config[0] * config[1] <= 64 * 32 * config[2]
+]
+FMA_ROWS = (1, 2)
 
 
 def graph_time_us(fn, calls: int = 20, replays: int = 10) -> float:
@@ -149,6 +160,46 @@ def best_configs(
     return best
 
 
+def fma_configs(fp8: bool, shapes: dict[str, list]) -> None:
+    """Per shape: the fastest of `FMA_GRID` on the CUDA cores summed over `FMA_ROWS`, against the table's
+    configuration and split on tensor cores; an `FMA_CONFIGS` line, commented out where it is not faster."""
+    torch.manual_seed(0)
+    for model, model_shapes in shapes.items():
+        for n, k in model_shapes:
+            weight, scale = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5, None
+            if fp8 and (n, k) not in ROUTERS:
+                weight, scale = quantize_rows(weight)
+            xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in FMA_ROWS}
+            table = skinny_config(n, k, weight_bytes=weight.element_size())
+            key = (n, k, weight.element_size())
+            saved = FMA_CONFIGS.pop(key, None)  # the tensor cores' time, whatever the table holds
+            if table is None:  # the table leaves the shape to cuBLAS
+                cublas = (
+                    partial(F.linear, weight=weight)
+                    if scale is None
+                    else partial(scaled_mm_linear, q=weight, scale=scale)
+                )
+                tensor_cores = sum(time_us(partial(cublas, xs[m])) for m in xs)
+            else:
+                on_tensor_cores = partial(skinny_matmul, weight=weight, config=table, weight_scale=scale)
+                tensor_cores = sum(time_us(partial(on_tensor_cores, xs[m])) for m in xs)
+            if saved is not None:
+                FMA_CONFIGS[key] = saved
+            timed = []
+            for config in FMA_GRID:
+                if config[1] > triton.next_power_of_2(k):
+                    continue
+                run = partial(fma_matmul, weight=weight, config=config, weight_scale=scale)
+                timed.append((sum(time_us(partial(run, xs[m])) for m in xs), config))
+            cuda_cores, config = min(timed)
+            paste = "" if cuda_cores < tensor_cores else "# "
+            print(
+                f"{paste}FMA_CONFIGS[{key}] = {config}  # {model}: {cuda_cores:.1f} us over M={FMA_ROWS}, "
+                f"tensor cores {table} {tensor_cores:.1f}",
+                flush=True,
+            )
+
+
 def activated(matmul: Callable, x) -> torch.Tensor:
     """The unfused gate/up projection: the matmul, then the activation's kernel."""
     from nvllm.ops.silu_and_mul import silu_and_mul
@@ -222,6 +273,7 @@ if __name__ == "__main__":
         default=(1,),
         help="programs a strip to sweep beside one (comma-separated; not with --gated)",
     )
+    parser.add_argument("--fma", action="store_true", help="the kernel on the CUDA cores at one and two rows")
     parser.add_argument("--jobs", type=int, default=0, help="compile the kernels in N processes first")
     parser.add_argument("--compile-only", action="store_true", help="only compile (with --jobs)")
     args = parser.parse_args()
@@ -235,6 +287,9 @@ if __name__ == "__main__":
     models = [args.model] if args.model else list(SHAPES)
     # the wide grid: the decoder layers' shapes, without the LM head (the last)
     shapes = {model: SHAPES[model][:-1] if args.wide else SHAPES[model] for model in models}
+    if args.fma:
+        fma_configs(args.fp8, shapes)
+        raise SystemExit
     if args.fp8:
         shapes = {model: [s for s in listed if s not in ROUTERS] for model, listed in shapes.items()}
     if args.jobs:

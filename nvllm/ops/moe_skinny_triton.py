@@ -53,8 +53,8 @@ DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
 # padded to 16. A padded dot gives each warp eight columns and a chain of MMAs as long as the reduction, one
 # warp a scheduler: latency, not bytes. Their launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages):
 ON_CUDA_CORES = {1: True, 2: False}
-FMA_GATE_UP_LAUNCH = {1: (16, 256, 4, 3), 2: (16, 256, 4, 3)}
-FMA_DOWN_LAUNCH = {1: (8, 256, 4, 3), 2: (8, 256, 4, 3)}
+FMA_GATE_UP_LAUNCH = {1: (8, 512, 4, 1), 2: (8, 512, 4, 1)}
+FMA_DOWN_LAUNCH = {1: (2, 256, 4, 1), 2: (2, 256, 4, 1)}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
@@ -375,12 +375,12 @@ def _fma_down_kernel(
     topk_weights_ptr,  # [T, TOP_K]: given, or written by the gate/up kernel that routed
     topk_ids_ptr,  # [T, TOP_K]
     N,
+    K,
     stride_a,
     stride_we,
     stride_wn,
     stride_se,
     stride_out,
-    K: tl.constexpr,
     TOP_K: tl.constexpr,
     TOP_K_POW2: tl.constexpr,
     SCALED: tl.constexpr,
@@ -389,10 +389,11 @@ def _fma_down_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """`_skinny_down_kernel`'s result on the CUDA cores: per pair, its expert's `[BLOCK_N, BLOCK_K]` tiles of
-    products (the intermediate times the routing weight) added element by element, then summed over the
-    reduction and scaled by the expert's row scales into the token's fp32 total. A padding token (every
-    weight 0) reads nothing and writes zeros."""
+    """`_skinny_down_kernel`'s result on the CUDA cores: the token's k experts' `[BLOCK_N, BLOCK_K]` tiles
+    read side by side (a load's wait is not repeated expert after expert), their products with the pairs'
+    intermediates times the routing weights added element by element, then summed over the reduction,
+    scaled by each expert's row scales and summed over the experts in fp32. A padding token (every weight
+    0) reads nothing and writes zeros."""
     wait_for_prior_kernel(PDL)
     token = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -400,24 +401,24 @@ def _fma_down_kernel(
     weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)
     if tl.max(tl.abs(weights), 0) != 0:
-        for choice in range(0, TOP_K):
-            weight = _chosen(weights, choice, TOP_K_POW2)
-            expert = _chosen(ids, choice, TOP_K_POW2).to(tl.int64)
-            rows = w_ptr + expert * stride_we + columns[:, None] * stride_wn
-            pair_row = a_ptr + (token * TOP_K + choice).to(tl.int64) * stride_a
-            # a pair gate/up skipped (weight 0) has its row unwritten: neither it nor its expert is read
-            reduction = tl.where(weight != 0, K, 0)
-            products = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-            for k0 in tl.static_range(0, K, BLOCK_K):
-                ks = k0 + tl.arange(0, BLOCK_K)
-                k_inside = ks < reduction
-                a = tl.load(pair_row + ks, k_inside, 0.0).to(tl.float32) * weight
-                w = tl.load(rows + ks[None, :], inside[:, None] & k_inside[None, :], 0.0)
-                products += _to_fp32(w, MOVE_BITS) * a[None, :]
-            summed = tl.sum(products, 1)
-            if SCALED:
-                summed = summed * tl.load(w_scale_ptr + expert * stride_se + columns, inside, 0.0)
-            total += summed
+        # a pair gate/up skipped (weight 0) has its row unwritten: neither it nor its expert is read
+        live = weights != 0
+        experts = ids.to(tl.int64)
+        rows = w_ptr + experts[:, None, None] * stride_we + columns[None, :, None] * stride_wn
+        pair_rows = a_ptr + (token * TOP_K + tl.arange(0, TOP_K_POW2)).to(tl.int64)[:, None] * stride_a
+        products = tl.zeros((TOP_K_POW2, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            k_inside = live[:, None] & (ks < K)[None, :]
+            a = tl.load(pair_rows + ks[None, :], k_inside, 0.0).to(tl.float32) * weights[:, None]
+            w_mask = k_inside[:, None, :] & inside[None, :, None]
+            w = tl.load(rows + ks[None, None, :], w_mask, 0.0)
+            products += _to_fp32(w, MOVE_BITS) * a[:, None, :]
+        summed = tl.sum(products, 2)
+        if SCALED:
+            scales = w_scale_ptr + experts[:, None] * stride_se + columns[None, :]
+            summed = summed * tl.load(scales, live[:, None] & inside[None, :], 0.0)
+        total = tl.sum(summed, 0)
     launch_next_kernel(PDL)
     tl.store(out_ptr + token * stride_out + columns, total.to(out_ptr.dtype.element_ty), inside)
 
@@ -542,12 +543,12 @@ def skinny_down(
             out,
             *routed,
             hidden,
+            down.shape[2],
             activated.stride(0),
             down.stride(0),
             down.stride(1),
             0 if down_scale is None else down_scale.stride(0),
             out.stride(0),
-            K=down.shape[2],
             TOP_K=top_k,
             TOP_K_POW2=triton.next_power_of_2(top_k),
             SCALED=down_scale is not None,

@@ -126,6 +126,54 @@ def _skinny_matmul_kernel(
     tl.store(out, y, mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
 
 
+@triton.jit
+def _fma_matmul_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    scale_ptr,
+    num_rows,
+    n,
+    k,
+    x_row_stride,
+    w_row_stride,
+    y_row_stride,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SCALED: tl.constexpr,
+    MOVE_BITS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """`_skinny_matmul_kernel`'s product (not GATED, not split) for at most `BLOCK_M` (1 or 2) rows on the
+    CUDA cores: each row's products with the program's `[BLOCK_N, BLOCK_K]` slice of weight are fp32
+    multiply-adds into a tile of their own, summed over the reduction once at the end. Where one slice
+    holds the whole reduction (`BLOCK_K >= k`), the weight is loaded before the wait for the prior kernel,
+    so that its bytes come while that kernel finishes."""
+    rows = tl.arange(0, BLOCK_M)
+    columns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    strip = w_ptr + columns[:, None] * w_row_stride
+    ks = tl.arange(0, BLOCK_K)
+    w = tl.load(strip + ks[None, :], mask=(columns[:, None] < n) & (ks[None, :] < k), other=0.0)
+    wait_for_prior_kernel(PDL)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for start in range(0, k, BLOCK_K):
+        ks = start + tl.arange(0, BLOCK_K)
+        if start > 0:
+            w_mask = (columns[:, None] < n) & (ks[None, :] < k)
+            w = tl.load(strip + ks[None, :], mask=w_mask, other=0.0)
+        x_mask = (rows[:, None] < num_rows) & (ks[None, :] < k)
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + ks[None, :], mask=x_mask, other=0.0)
+        weight = to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
+        acc += weight[None, :, :] * x.to(tl.float32)[:, None, :]
+    launch_next_kernel(PDL)
+    y = tl.sum(acc, 2)
+    if SCALED:
+        y *= tl.load(scale_ptr + columns, mask=columns < n, other=0.0)[None, :]
+    out = y_ptr + rows[:, None] * y_row_stride + columns[None, :]
+    tl.store(out, y.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < num_rows) & (columns[None, :] < n))
+
+
 Config = tuple[int, int, int, int]  # BLOCK_N, BLOCK_K, num_warps, num_stages
 
 # Per weight shape (n, k), the fastest configuration `experiments/kernels/skinny_matmul_bench.py` found on
@@ -169,6 +217,15 @@ FP8_CONFIGS: dict[tuple[int, int], Config] = {
     (5120, 2048): (32, 256, 4, 4),
     (2048, 4096): (32, 256, 4, 4),  # split 2 ways (`SPLIT_K`)
 }
+# Batches of at most FMA_MAX_ROWS rows (a single stream's graph: one row and its padding) of a weight shape
+# here, per (n, k, bytes of a weight element), run on the CUDA cores (`_fma_matmul_kernel`) with this
+# configuration: a 16-row padded dot gives each warp eight columns and a chain of MMAs as long as the
+# reduction, one warp a scheduler, which latency bounds. Swept by `skinny_matmul_bench --fma`.
+FMA_MAX_ROWS = 2
+FMA_CONFIGS: dict[tuple[int, int, int], Config] = {
+    # Qwen3-30B-A3B's router, bf16 (experiments/results/2026-12-05-h100-fma-single-stream.md)
+    (128, 2048, 2): (2, 2048, 8, 1),
+}
 # Programs a strip of output columns, per (n, k, bytes of a weight element), where more than one: narrow
 # weights whose strips leave SMs idle, where `skinny_matmul_bench --splits` found a split faster and the
 # engine's single stream agreed (experiments/results/2026-12-05-h100-moe-tiles-and-o-split.md).
@@ -197,9 +254,12 @@ def skinny_matmul(
     packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`. `weight_scale`: `weight` is fp8
     and stands for `weight * weight_scale[:, None]` (`nvllm.ops.fp8`). `split_k`: programs a strip of
     output columns (not with `gated`); None: `SPLIT_K`'s for the weight."""
+    num_rows, k = x.shape
+    fma_config = FMA_CONFIGS.get((*weight.shape, weight.element_size()))
+    if fma_config is not None and num_rows <= FMA_MAX_ROWS and not gated and split_k is None:
+        return fma_matmul(x, weight, fma_config, weight_scale)
     if split_k is None:
         split_k = 1 if gated else SPLIT_K.get((*weight.shape, weight.element_size()), 1)
-    num_rows, k = x.shape
     assert num_rows <= MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     assert not gated or weight.shape[0] == 2 * n, "a gated weight packs two halves of equal size"
@@ -232,6 +292,39 @@ def skinny_matmul(
         MOVE_BITS=moves_bits(weight, x),
         LINE=128 // weight.element_size(),
         SPLIT_K=split_k,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        **pdl_launch(x.device),
+    )
+    return y
+
+
+def fma_matmul(
+    x: torch.Tensor, weight: torch.Tensor, config: Config, weight_scale: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`x @ weight.T` for `x` of at most `FMA_MAX_ROWS` rows on the CUDA cores (`_fma_matmul_kernel`),
+    `weight_scale` as in `skinny_matmul`."""
+    num_rows, k = x.shape
+    assert num_rows <= FMA_MAX_ROWS and weight.shape[1] == k and x.stride(1) == 1 and weight.stride(1) == 1
+    n = weight.shape[0]
+    block_n, block_k, num_warps, num_stages = config
+    y = x.new_empty((num_rows, n))
+    _fma_matmul_kernel[(triton.cdiv(n, block_n),)](
+        x,
+        weight,
+        y,
+        weight if weight_scale is None else weight_scale,
+        num_rows,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        y.stride(0),
+        BLOCK_M=FMA_MAX_ROWS,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        SCALED=weight_scale is not None,
+        MOVE_BITS=moves_bits(weight, x),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(x.device),

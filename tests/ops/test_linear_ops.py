@@ -163,6 +163,37 @@ assert splits == [3, 1], splits
     )
 
 
+def test_a_few_rows_on_the_cuda_cores_are_the_matmul_in_the_interpreter():
+    """`fma_matmul` at one and two rows, fp32 (bf16's stand-in) and fp8 weights, a reduction in several
+    slices (the last one short) and in one: the fp32 matmul's result. `skinny_matmul` hands a shape
+    `FMA_CONFIGS` holds to it at up to `FMA_MAX_ROWS` rows, and not with more rows, the gate or a split."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops import skinny_matmul as module
+from nvllm.ops.fp8 import quantize_rows
+generator = torch.Generator().manual_seed(0)
+x = torch.randn(3, 300, generator=generator)
+weight = torch.randn(70, 300, generator=generator) / 300**0.5
+q, scale = quantize_rows(weight)
+for w, w_scale, dense in [(weight, None, weight), (q, scale, q.float() * scale[:, None])]:
+    for config in [(8, 64, 4, 1), (16, 512, 4, 1)]:
+        for rows in (1, 2):
+            got = module.fma_matmul(x[:rows], w, config, weight_scale=w_scale)
+            torch.testing.assert_close(got, x[:rows] @ dense.T, atol=1e-5, rtol=1e-5)
+calls = []
+fma = module.fma_matmul
+module.fma_matmul = lambda *args, **kwargs: calls.append(args[0].shape[0]) or fma(*args, **kwargs)
+module.FMA_CONFIGS[(70, 300, 4)] = (8, 64, 4, 1)
+for rows in (1, 2, 3):
+    module.skinny_matmul(x[:rows], weight, (32, 64, 4, 2))
+module.skinny_matmul(x[:1], weight, (32, 64, 4, 2), split_k=2)
+module.skinny_matmul(x[:1], torch.cat([weight, weight]), (32, 64, 4, 2), gated=True)
+assert calls == [1, 2], calls
+"""
+    )
+
+
 @pytest.mark.gpu
 def test_every_chosen_skinny_configuration_computes_the_matmul():
     """Each block configuration the tables pick, run directly (`linear` may leave a shape to cuBLAS), plain
@@ -171,9 +202,11 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
     from nvllm.ops.skinny_matmul import (
         CONFIGS,
         DEFAULT_CONFIG,
+        FMA_CONFIGS,
         FP8_CONFIGS,
         GATED_CONFIGS,
         SPLIT_K,
+        fma_matmul,
         skinny_config,
         skinny_matmul,
     )
@@ -199,6 +232,14 @@ def test_every_chosen_skinny_configuration_computes_the_matmul():
             expected = F.linear(x[:num_rows].float(), dequantized)
             got = skinny_matmul(x[:num_rows], fp8_weight, config, weight_scale=scale).float()
             what = f"fp8 {config}, {num_rows} rows"
+            torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
+    # the CUDA cores' configurations, at one and two rows (fp8: the weight above; bf16: `weight`)
+    for (_, _, weight_bytes), config in FMA_CONFIGS.items():
+        w, w_scale = (fp8_weight, scale) if weight_bytes == 1 else (weight, None)
+        for num_rows in (1, 2):
+            expected = F.linear(x[:num_rows].float(), dequantized if weight_bytes == 1 else weight.float())
+            got = fma_matmul(x[:num_rows], w, config, weight_scale=w_scale).float()
+            what = f"on the CUDA cores {config}, {num_rows} rows"
             torch.testing.assert_close(got, expected, atol=2e-2, rtol=1e-2, msg=what)
     # each split the table names, at its shape's configuration (fp8: the weight above; bf16: `weight`)
     for (n, k, weight_bytes), split_k in SPLIT_K.items():
