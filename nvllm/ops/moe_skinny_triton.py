@@ -55,9 +55,6 @@ DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
 ON_CUDA_CORES = {1: True, 2: False}
 FMA_GATE_UP_LAUNCH = {1: (8, 512, 4, 1), 2: (8, 512, 4, 1)}
 FMA_DOWN_LAUNCH = {1: (2, 256, 4, 1), 2: (2, 256, 4, 1)}
-# Whether the down kernel on the CUDA cores, given a routing written before the gate/up launch, reads it and
-# its experts' first slices before its wait for the gate/up kernel
-DOWN_LOADS_EARLY = True
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
@@ -112,14 +109,12 @@ def _token_routing(
 @triton.jit
 def _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K: tl.constexpr, TOP_K_POW2: tl.constexpr):
     """A token's routing read from `[T, TOP_K]` weights and experts: fp32 weights and int32 experts
-    `[TOP_K_POW2]`, the choices past TOP_K at weight 0. Read from the L2, past the SM's L1, which may hold
-    lines of the routing buffer from an earlier layer: a kernel that reads it before its wait for the prior
-    kernel (`_fma_down_kernel`'s EARLY_LOADS) then sees the routing kernel's writes once that has finished."""
+    `[TOP_K_POW2]`, the choices past TOP_K at weight 0."""
     choices = tl.arange(0, TOP_K_POW2)
     chosen = choices < TOP_K
-    weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0, cache_modifier=".cg")
-    ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0, cache_modifier=".cg")
-    return weights.to(tl.float32), ids.to(tl.int32)
+    weights = tl.load(topk_weights_ptr + token * TOP_K + choices, chosen, 0.0).to(tl.float32)
+    ids = tl.load(topk_ids_ptr + token * TOP_K + choices, chosen, 0).to(tl.int32)
+    return weights, ids
 
 
 @triton.jit
@@ -392,41 +387,32 @@ def _fma_down_kernel(
     MOVE_BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    EARLY_LOADS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """`_skinny_down_kernel`'s result on the CUDA cores: the token's k experts' `[BLOCK_N, BLOCK_K]` tiles
     read side by side (a load's wait is not repeated expert after expert), their products with the pairs'
     intermediates times the routing weights added element by element, then summed over the reduction,
     scaled by each expert's row scales and summed over the experts in fp32. A padding token (every weight
-    0) reads nothing and writes zeros. EARLY_LOADS: the routing was written before the gate/up kernel
-    started (given, not routed there), so the routing and the experts' first slices are read before the
-    wait for the gate/up kernel, while it finishes."""
-    if not EARLY_LOADS:
-        wait_for_prior_kernel(PDL)
+    0) reads nothing and writes zeros."""
+    wait_for_prior_kernel(PDL)
     token = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = columns < N
     weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
-    # a pair gate/up skipped (weight 0) has its row unwritten: neither it nor its expert is read
-    live = weights != 0
-    experts = ids.to(tl.int64)
-    rows = w_ptr + experts[:, None, None] * stride_we + columns[None, :, None] * stride_wn
-    ks = tl.arange(0, BLOCK_K)
-    k_inside = live[:, None] & (ks < K)[None, :]
-    w = tl.load(rows + ks[None, None, :], k_inside[:, None, :] & inside[None, :, None], 0.0)
-    if EARLY_LOADS:
-        wait_for_prior_kernel(PDL)
     total = tl.zeros((BLOCK_N,), dtype=tl.float32)
     if tl.max(tl.abs(weights), 0) != 0:
+        # a pair gate/up skipped (weight 0) has its row unwritten: neither it nor its expert is read
+        live = weights != 0
+        experts = ids.to(tl.int64)
+        rows = w_ptr + experts[:, None, None] * stride_we + columns[None, :, None] * stride_wn
         pair_rows = a_ptr + (token * TOP_K + tl.arange(0, TOP_K_POW2)).to(tl.int64)[:, None] * stride_a
         products = tl.zeros((TOP_K_POW2, BLOCK_N, BLOCK_K), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_inside = live[:, None] & (ks < K)[None, :]
-            if k0 > 0:
-                w = tl.load(rows + ks[None, None, :], k_inside[:, None, :] & inside[None, :, None], 0.0)
             a = tl.load(pair_rows + ks[None, :], k_inside, 0.0).to(tl.float32) * weights[:, None]
+            w_mask = k_inside[:, None, :] & inside[None, :, None]
+            w = tl.load(rows + ks[None, None, :], w_mask, 0.0)
             products += _to_fp32(w, MOVE_BITS) * a[:, None, :]
         summed = tl.sum(products, 2)
         if SCALED:
@@ -458,9 +444,7 @@ def skinny_experts(
     activated, routed = skinny_gate_up(
         x, gate_up, top_k, routing, router_logits, padding, renormalize, gate_up_scale
     )
-    return skinny_down(
-        activated, down, routed, top_k, x, down_scale, routed_before_gate_up=routing is not None
-    )
+    return skinny_down(activated, down, routed, top_k, x, down_scale)
 
 
 def skinny_gate_up(
@@ -543,12 +527,9 @@ def skinny_down(
     top_k: int,
     x: torch.Tensor,
     down_scale: torch.Tensor | None = None,
-    routed_before_gate_up: bool = False,
 ) -> torch.Tensor:
     """The second launch of `skinny_experts`: each token's k pairs through their experts' down rows, weighted
-    and summed, `[T, H]` in `x`'s dtype. `routed_before_gate_up`: the routing was written before the gate/up
-    launch started (not by it), so that the kernel on the CUDA cores may read it and its experts' first
-    slices before its wait (`DOWN_LOADS_EARLY`)."""
+    and summed, `[T, H]` in `x`'s dtype."""
     hidden = down.shape[1]
     down = down.contiguous()
     out = torch.empty_like(x)
@@ -574,7 +555,6 @@ def skinny_down(
             MOVE_BITS=moves_bits(down, x),
             BLOCK_N=block_n,
             BLOCK_K=block_k,
-            EARLY_LOADS=DOWN_LOADS_EARLY and routed_before_gate_up,
             num_warps=warps,
             num_stages=stages,
             **pdl_launch(x.device),

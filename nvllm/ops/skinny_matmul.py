@@ -23,9 +23,6 @@ from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_f
 from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
 MAX_ROWS = 16  # the batch is padded to one 16-row tile (the smallest tensor-core tile)
-# `BLOCK_K` slices of its weight strip a program asks into the L2 before its wait for the prior kernel (a
-# power of two): the weight is no kernel's output, so its bytes can come while that kernel finishes
-PREFETCHED_SLICES = 2
 
 
 @triton.jit
@@ -39,19 +36,11 @@ def _silu_times(gate, up, dtype: tl.constexpr):
 
 @triton.jit
 def _prefetch_first_slices(
-    w_ptr,
-    columns,
-    n,
-    k,
-    w_row_stride,
-    BLOCK_K: tl.constexpr,
-    GATED: tl.constexpr,
-    LINE: tl.constexpr,
-    SLICES: tl.constexpr,
+    w_ptr, columns, n, k, w_row_stride, BLOCK_K: tl.constexpr, GATED: tl.constexpr, LINE: tl.constexpr
 ):
-    """Into the L2, the first `SLICES` `BLOCK_K` slices of this program's weight rows (both strips where
+    """Into the L2, the first two `BLOCK_K` slices of this program's weight rows (both strips where
     GATED): what its main loop reads first, one 128-byte line (`LINE` weight values) a request."""
-    lines = tl.arange(0, SLICES * BLOCK_K // LINE) * LINE
+    lines = tl.arange(0, 2 * BLOCK_K // LINE) * LINE
     inside = (columns[:, None] < n) & (lines[None, :] < k)
     strip = w_ptr + columns[:, None] * w_row_stride + lines[None, :]
     prefetch_to_l2(tl.where(inside, strip, w_ptr))
@@ -82,7 +71,6 @@ def _skinny_matmul_kernel(
     LINE: tl.constexpr,
     PDL: tl.constexpr,
     SPLIT_K: tl.constexpr,
-    PREFETCHED: tl.constexpr,
 ):
     """`n` output columns; GATED: weight rows `[0, n)` are the gate's and `[n, 2n)` the up projection's.
     SCALED: an fp8 weight, converted to x's dtype (exactly; by `nvllm.ops.e4m3_to_bf16` where MOVE_BITS),
@@ -97,7 +85,7 @@ def _skinny_matmul_kernel(
         k_end = tl.minimum(k_begin + run, k)
     if PDL:  # the weight is no kernel's output: its first slices can come while the prior kernel finishes
         _prefetch_first_slices(
-            w_ptr + k_begin, columns, n, k_end - k_begin, w_row_stride, BLOCK_K, GATED, LINE, PREFETCHED
+            w_ptr + k_begin, columns, n, k_end - k_begin, w_row_stride, BLOCK_K, GATED, LINE
         )
     wait_for_prior_kernel(PDL)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -303,7 +291,6 @@ def skinny_matmul(
         SCALED=weight_scale is not None,
         MOVE_BITS=moves_bits(weight, x),
         LINE=128 // weight.element_size(),
-        PREFETCHED=PREFETCHED_SLICES,
         SPLIT_K=split_k,
         num_warps=num_warps,
         num_stages=num_stages,
