@@ -11,8 +11,8 @@ For each fp8 kernel of a single stream, at 1 and 2 rows (a single stream's graph
 and its padding): µs with bf16 activations (bits moved, the engine's way) and with fp16 activations
 (Triton's conversion), at the engine's launch shapes, and the fastest of a few other shapes for fp16
 (fewer instructions a slice can move the best slice length).
-- Qwen3-30B-A3B: the q/k/v and o skinny matmuls (the o projection at its table's split) and the skinny
-  experts' two launches (one layer of 128 experts, 8 a token).
+- Qwen3-30B-A3B: the q/k/v and o skinny matmuls (the o projection at its table's split). The skinny
+  experts' two launches were timed here too (the results file above); they no longer take dots.
 - Qwen3-8B: q/k/v, o, gate/up (gated) and down.
 Timed as `skinny_matmul_bench` times (one call in a CUDA graph, inputs read from memory, not the L2).
 
@@ -27,11 +27,8 @@ from functools import partial
 import torch
 import triton
 
-from experiments.kernels.moe_bench import TOP_K, layer_experts, routed_batch
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import moe_skinny_triton
 from nvllm.ops.fp8 import quantize_rows
-from nvllm.ops.moe_skinny_triton import skinny_experts, skinny_gate_up
 from nvllm.ops.skinny_matmul import skinny_config, skinny_matmul
 
 ROWS = (1, 2)
@@ -48,8 +45,6 @@ MATMULS = {
 # other launch shapes tried for fp16: (BLOCK_N, BLOCK_K, num_warps, num_stages)
 MATMUL_SHAPES = list(itertools.product((32, 64), (256, 512), (4,), (3, 4)))
 GATED_SHAPES = list(itertools.product((16, 32), (128, 256), (4,), (3, 4)))
-GATE_UP_SHAPES = list(itertools.product((32, 64), (128, 256), (4,), (3, 4)))
-DOWN_SHAPES = list(itertools.product((32,), (512, 1024), (4, 8), (3, 4)))
 
 
 def summed_us(run: Callable[[torch.Tensor], object], inputs: dict[int, torch.Tensor]) -> float | None:
@@ -86,47 +81,7 @@ def matmul_row(name: str, n: int, k: int, gated: bool) -> str:
     )
 
 
-def experts_rows() -> list[str]:
-    """The skinny experts' two launches at the tables' shapes, bf16 against fp16 activations, and the
-    fastest of `GATE_UP_SHAPES` and `DOWN_SHAPES` for fp16 (the other launch at its table's)."""
-    torch.manual_seed(0)
-    gate_up, down, gate_up_scale, down_scale = layer_experts(fp8=True)
-    scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
-    batches = {rows: routed_batch(rows) for rows in ROWS}
-
-    def timed(dtype: torch.dtype, gate_up_only: bool = False) -> float | None:
-        def run(batch):
-            x, _, weights, ids = batch
-            x = x.to(dtype)
-            if gate_up_only:
-                return skinny_gate_up(x, gate_up, TOP_K, routing=(weights, ids), gate_up_scale=gate_up_scale)
-            return skinny_experts(x, gate_up, down, TOP_K, routing=(weights, ids), **scales)
-
-        return summed_us(run, batches)
-
-    tables = f"gate/up {moe_skinny_triton.GATE_UP_LAUNCH[1]}, down {moe_skinny_triton.DOWN_LAUNCH[1]}"
-    lines = []
-    for activation, dtype in ACTIVATIONS.items():
-        lines.append(
-            f"skinny experts, {activation}: both launches {timed(dtype):6.1f} us, gate/up alone "
-            f"{timed(dtype, gate_up_only=True):6.1f} us (tables: {tables})"
-        )
-    for table_name, shapes in (("GATE_UP_LAUNCH", GATE_UP_SHAPES), ("DOWN_LAUNCH", DOWN_SHAPES)):
-        table = getattr(moe_skinny_triton, table_name)
-        chosen = table[1]
-        others = {}
-        for shape in shapes:
-            table[1] = shape
-            others[shape] = timed(torch.float16)
-        table[1] = chosen
-        shape, us = best_of(others)
-        lines.append(f"skinny experts, fp16, {table_name} swept: best {shape} {us:6.1f} us (both launches)")
-    return lines
-
-
 if __name__ == "__main__":
     print(f"µs summed over {ROWS} rows; fp8 weights, a scale per row", flush=True)
-    for line in experts_rows():
-        print(line, flush=True)
     for name, (n, k, gated) in MATMULS.items():
         print(matmul_row(name, n, k, gated), flush=True)

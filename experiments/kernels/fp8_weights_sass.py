@@ -128,8 +128,9 @@ def skinny_experts(weight: str, gated: bool, move_bits: bool, activation: str = 
         kernel_fn, aligned = moe_skinny_triton._skinny_down_kernel, ("a_ptr", "stride_a")
     aligned += ("w_ptr", "out_ptr", "N", "K", "stride_we", "stride_wn", "stride_out")
     kernel = compile_for_hopper(kernel_fn, signature, constants, aligned, warps, stages)
-    # a loop iteration of gate/up reads a gate and an up slice of one expert; of down, one expert's slice
-    return kernel, block_n * block_k * (2 if gated else 1), warps
+    # a loop iteration of gate/up reads a gate and an up slice of one expert; of down, a slice of each of
+    # the token's 8 experts
+    return kernel, block_n * block_k * (2 if gated else 8), warps
 
 
 def grouped_fp8_activations(gated: bool, pairs: int):

@@ -12,9 +12,9 @@ quantization kernel included in the time).
 `--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
 so that the down launch's share shows), and routed in their kernels from the logits against the routing
-kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one and two tokens, each of
-its two kernels' launch shapes from a grid, the fastest printed to paste; and its two ways (on the CUDA
-cores, on tensor cores) at the batches a single stream's graph and two streams run.
+kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at one token with its padding
+row (a single stream's graph) and at two tokens, each of its two kernels' launch shapes from a grid, the
+fastest printed to paste.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
 
@@ -40,27 +40,19 @@ from nvllm.ops.moe_triton import grouped_experts
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
 SKINNY_TOKENS = 8
-# each skinny kernel's launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages) to sweep. A down program
-# streams its token's k experts' slices one after another, so that its bytes in flight are its stages
-# times a slice: its grid reaches deeper pipelines and wider slices (1,024 masked to the 768 of an expert)
+# each skinny kernel's launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages) to sweep. A program's products
+# are an fp32 tile in registers: gate/up's two [BLOCK_N, BLOCK_K], down's [TOP_K, BLOCK_N, BLOCK_K] (its
+# token's experts side by side); tiles past 64 fp32 registers a thread are left out
 SKINNY_GRIDS = {
-    "GATE_UP_LAUNCH": list(itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (3, 4))),
-    "DOWN_LAUNCH": list(itertools.product((16, 32), (256, 512, 1024), (4, 8), (3, 4, 6))),
-}
-# on the CUDA cores (`ON_CUDA_CORES`) a program's products are an fp32 tile in registers: gate/up's two
-# [BLOCK_N, BLOCK_K], down's [TOP_K, BLOCK_N, BLOCK_K] (its token's experts side by side); tiles past 64
-# fp32 registers a thread are left out. Reductions read in one piece (2,048 for gate/up, 768 in 1,024 for
-# down) issue all their loads at once
-FMA_GRIDS = {
-    "FMA_GATE_UP_LAUNCH": [
+    "GATE_UP_LAUNCH": [
         launch
         for launch in itertools.product((2, 4, 8, 16), (256, 512, 1024, 2048), (4, 8), (1,))
         if 2 * launch[0] * launch[1] <= 64 * 32 * launch[2]
     ],
-    "FMA_DOWN_LAUNCH": [
+    "DOWN_LAUNCH": [
         launch
         for launch in itertools.product((1, 2, 4, 8), (256, 512, 1024), (4, 8), (1,))
-        if 8 * launch[0] * launch[1] <= 64 * 32 * launch[2]
+        if TOP_K * launch[0] * launch[1] <= 64 * 32 * launch[2]
     ],
 }
 
@@ -125,40 +117,17 @@ def skinny_times(x, gate_up, down, logits, weights, ids, scales) -> str:
     )
 
 
-def compare_skinny_ways(gate_up, down, scales) -> None:
-    """The skinny experts on the CUDA cores against on tensor cores (`ON_CUDA_CORES`), at one token and its
-    padding row (a single stream's graph) and at two tokens, each way at its tables' entries."""
-    weight_bytes = gate_up.element_size()
-    quantized = dict(gate_up_scale=scales[0], down_scale=scales[1])
-    chosen = moe_skinny_triton.ON_CUDA_CORES[weight_bytes]
-    for padding in (1, 0):
-        x, _, weights, ids = routed_batch(2, padding)
-        run = partial(skinny_experts, x, gate_up, down, TOP_K, routing=(weights, ids), **quantized)
-        times = {}
-        for on_cuda_cores in (True, False):
-            moe_skinny_triton.ON_CUDA_CORES[weight_bytes] = on_cuda_cores
-            times[on_cuda_cores] = time_us(run)
-        moe_skinny_triton.ON_CUDA_CORES[weight_bytes] = chosen
-        print(
-            f"{2 - padding} token(s) in a batch of 2: on the CUDA cores {times[True]:6.1f} us, "
-            f"on tensor cores {times[False]:6.1f} us",
-            flush=True,
-        )
-
-
 def sweep_skinny_launches(gate_up, down, scales) -> None:
-    """Each table of the kernels' launch shapes of the way the experts' weights take (`SKINNY_GRIDS`, or
-    `FMA_GRIDS` on the CUDA cores) over its grid, at the batches a single stream and two streams run (one
-    token and its padding row, two tokens), the other table at its entry; the fastest summed over both,
-    printed to paste into the table's entry for these weights."""
+    """Each table of `SKINNY_GRIDS` (the kernels' launch shapes) over its grid, at the batches a single
+    stream and two streams run (one token and its padding row, two tokens), the other table at its entry;
+    the fastest summed over both, printed to paste into the table's entry for these weights."""
     best = {}
     weight_bytes = gate_up.element_size()
-    grids = FMA_GRIDS if moe_skinny_triton.ON_CUDA_CORES[weight_bytes] else SKINNY_GRIDS
-    for name in grids:
+    for name in SKINNY_GRIDS:
         table = getattr(moe_skinny_triton, name)
         chosen = table[weight_bytes]
         timed = []
-        for launch in grids[name]:
+        for launch in SKINNY_GRIDS[name]:
             table[weight_bytes] = launch
             total = 0.0
             try:
@@ -169,7 +138,7 @@ def sweep_skinny_launches(gate_up, down, scales) -> None:
                     total += time_us(
                         partial(skinny_experts, x, gate_up, down, TOP_K, routing=routing, **quantized)
                     )
-            except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
+            except triton.runtime.errors.OutOfResources:  # too large a tile for the SM
                 continue
             timed.append((total, launch))
             print(f"{name}[{weight_bytes}] {launch}: {total:6.1f} us at 1 (padded) + 2 tokens", flush=True)
@@ -200,7 +169,6 @@ def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None
         if skinny and tokens <= SKINNY_TOKENS:
             print(f"      {skinny_times(x, gate_up, down, logits, weights, ids, scales)}", flush=True)
     if skinny:
-        compare_skinny_ways(gate_up, down, scales)
         sweep_skinny_launches(gate_up, down, scales)
 
 

@@ -1,5 +1,5 @@
 """A few tokens' mixture-of-experts layer as two Triton kernels, without sorting the pairs by expert: the
-skinny matmul's idea (`nvllm.ops.skinny_matmul`) for experts.
+skinny matmul's idea (`nvllm.ops.skinny_matmul`) for experts, on the CUDA cores.
 
 A single stream's MoE layer is latency, not bytes: the grouped path (`nvllm.ops.moe_triton`) runs the
 routing, the sort by expert, two grouped matmuls and the sum of each token's pairs, five or more launches
@@ -8,10 +8,16 @@ expert, so the sort buys nothing, and each pair can read its expert's rows direc
 - gate/up: a program per pair and strip of intermediate columns; `silu(gate) * up` of the pair's token
   against its expert's rows, written at the pair's row of an `[pairs, I]` intermediate, as the grouped
   gate/up writes it;
-- down: a program per token and strip of output columns, through the token's k experts in choice order in
-  one loop, each slice's product times its expert's row scales and the pair's routing weight added in fp32,
-  rounded once at the end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32
-  sums), with no pair outputs in memory.
+- down: a program per token and strip of output columns, reading its token's k experts' slices side by side,
+  each expert's sums times its row scales and the pair's routing weight added in fp32, rounded once at the
+  end: what the grouped down matmul and `sum_pairs` give (up to the order of fp32 sums), with no pair
+  outputs in memory.
+Both multiply on the CUDA cores: each program keeps a tile of fp32 products in registers, adds to it element
+by element across its loop (independent multiply-adds) and sums it over the reduction once at the end.
+Tensor-core dots on rows padded to 16 were the first way: they give each warp eight columns and a chain of
+MMAs as long as the reduction, one warp a scheduler, and ran at a third of the memory's bandwidth
+(experiments/results/2026-12-05-h100-single-stream-kernels.md).
+
 The routing either comes in (`route_step`'s weights and experts, computed before) or is computed by each
 gate/up program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, over a few hundred logits),
 the first strip's program of each pair writing it for the down kernel to read: then the whole layer after
@@ -21,8 +27,8 @@ weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_r
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
 add 0, or NaN where the expert's output is infinite, which the reference would carry).
 
-Weights in fp8 are converted in registers as the grouped matmuls convert them; activations stay in their
-dtype (with `model.fp8_activations` the grouped path serves every batch)."""
+Weights in fp8 are converted in registers by moving bits to bf16 (`nvllm.ops.e4m3_to_bf16`), then to fp32;
+activations stay in their dtype (with `model.fp8_activations` the grouped path serves every batch)."""
 
 from __future__ import annotations
 
@@ -41,20 +47,12 @@ from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 # (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md).
 SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 
-# a pair's row padded to the smallest tensor-core tile, as the skinny matmul pads its batch
-ROWS = tl.constexpr(16)
-# (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s
-# fastest, fp8's on the H200 (a down program's slice of 1,024 masked to an expert's 768: the most bytes in
-# flight), bf16's on the H100; fp32 (the interpreter's tests) takes bf16's
-GATE_UP_LAUNCH = {1: (32, 128, 4, 4), 2: (32, 128, 4, 3)}
-DOWN_LAUNCH = {1: (32, 1024, 4, 3), 2: (16, 256, 4, 4)}
-# By the bytes of an expert weight: whether the kernels multiply on the CUDA cores (fp32 fused multiply-adds,
-# each thread's products of a tile summed in registers across the loop) instead of tensor-core dots on rows
-# padded to 16. A padded dot gives each warp eight columns and a chain of MMAs as long as the reduction, one
-# warp a scheduler: latency, not bytes. Their launch shapes (BLOCK_N, BLOCK_K, num_warps, num_stages):
-ON_CUDA_CORES = {1: True, 2: False}
-FMA_GATE_UP_LAUNCH = {1: (8, 512, 4, 1), 2: (8, 512, 4, 1)}
-FMA_DOWN_LAUNCH = {1: (2, 256, 4, 1), 2: (2, 256, 4, 1)}
+# (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s fastest
+# for fp8 on the H100 at a single stream's and two streams' batches
+# (experiments/results/2026-12-05-h100-fma-single-stream.md). bf16's are fp8's, not swept (bf16 experts take
+# the grouped path); fp32 (the interpreter's tests) takes them.
+GATE_UP_LAUNCH = {1: (8, 512, 4, 1), 2: (8, 512, 4, 1)}
+DOWN_LAUNCH = {1: (2, 256, 4, 1), 2: (2, 256, 4, 1)}
 
 
 def takes_skinny_experts(num_tokens: int, weight_bytes: int, quantize_activations: bool) -> bool:
@@ -124,20 +122,9 @@ def _chosen(values, choice, TOP_K_POW2: tl.constexpr):
 
 
 @triton.jit
-def _padded_row(row_ptr, ks, k_inside):
-    """The `ks` columns of the row at `row_ptr` as row 0 of a `[ROWS, len(ks)]` tile of zeros."""
-    first = (tl.arange(0, ROWS) == 0)[:, None]
-    return tl.load(
-        tl.broadcast_to(row_ptr + ks[None, :], (ROWS, ks.shape[0])), first & k_inside[None, :], 0.0
-    )
-
-
-@triton.jit
-def _first_row_store(row_ptr, columns, values, inside):
-    """Row 0 of the `[ROWS, len(columns)]` tile `values` stored at the `columns` of the row at `row_ptr`."""
-    first = (tl.arange(0, ROWS) == 0)[:, None]
-    pointers = tl.broadcast_to(row_ptr + columns[None, :], (ROWS, columns.shape[0]))
-    tl.store(pointers, values.to(row_ptr.dtype.element_ty), first & inside[None, :])
+def _to_fp32(w, MOVE_BITS: tl.constexpr):
+    """A weight tile in fp32: an fp8 one by moving bits to bf16 first where `MOVE_BITS`."""
+    return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
 
 
 @triton.jit
@@ -174,148 +161,9 @@ def _skinny_gate_up_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    wait_for_prior_kernel(PDL)  # the logits (or the routing) and x are the kernels' before
-    pair = tl.program_id(0)
-    token = pair // TOP_K
-    weights, ids = _token_routing(
-        token,
-        logits_ptr,
-        stride_logits,
-        topk_weights_ptr,
-        topk_ids_ptr,
-        padding_ptr,
-        num_tokens,
-        NUM_EXPERTS,
-        EXPERTS_POW2,
-        TOP_K,
-        TOP_K_POW2,
-        RENORMALIZE,
-        ROUTE_HERE,
-        HAS_PADDING,
-    )
-    weight = _chosen(weights, pair % TOP_K, TOP_K_POW2)
-    expert = _chosen(ids, pair % TOP_K, TOP_K_POW2)
-    if ROUTE_HERE and tl.program_id(1) == 0:  # the pair's routing, so that the down kernel reads it
-        tl.store(routed_weights_ptr + pair, weight)
-        tl.store(routed_ids_ptr + pair, expert)
-    if weight == 0:  # a pair that adds nothing reads nothing
-        launch_next_kernel(PDL)
-        return
-    expert = expert.to(tl.int64)
-    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = columns < N
-    w_expert = w_ptr + expert * stride_we
-    acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        k_inside = ks < K
-        a = _padded_row(x_ptr + token * stride_x, ks, k_inside)
-        w_mask = k_inside[:, None] & inside[None, :]
-        w = tl.load(w_expert + columns[None, :] * stride_wn + ks[:, None], w_mask, 0.0)
-        acc = tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS), acc)
-        w_up = tl.load(w_expert + (columns[None, :] + N) * stride_wn + ks[:, None], w_mask, 0.0)
-        acc_up = tl.dot(a, to_dot_dtype(w_up, a.dtype, MOVE_BITS), acc_up)
-    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
-    if SCALED:  # a row's scale comes out of its dot products (nvllm.ops.fp8)
-        scales = w_scale_ptr + expert * stride_se + columns
-        acc = acc * tl.load(scales, inside, 0.0)[None, :]
-        acc_up = acc_up * tl.load(scales + N, inside, 0.0)[None, :]
-    _first_row_store(out_ptr + pair * stride_out, columns, acc * tl.sigmoid(acc) * acc_up, inside)
-
-
-@triton.jit
-def _skinny_down_kernel(
-    a_ptr,  # [T * TOP_K, I]: the gate/up kernel's output
-    w_ptr,  # [E, H, I]
-    w_scale_ptr,  # [E, H] where SCALED
-    out_ptr,  # [T, H]
-    topk_weights_ptr,  # [T, TOP_K]: given, or written by the gate/up kernel that routed
-    topk_ids_ptr,  # [T, TOP_K]
-    N,
-    K,
-    stride_a,
-    stride_we,
-    stride_wn,
-    stride_se,
-    stride_out,
-    TOP_K: tl.constexpr,
-    TOP_K_POW2: tl.constexpr,
-    SCALED: tl.constexpr,
-    MOVE_BITS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    wait_for_prior_kernel(PDL)  # the intermediate (and the routing, where routed) is the kernel's before
-    token = tl.program_id(0)
-    columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = columns < N
-    weights, ids = _given_routing(token, topk_weights_ptr, topk_ids_ptr, TOP_K, TOP_K_POW2)
-    # one loop over the k experts' slices, so that the pipeline runs through from one expert to the next;
-    # each slice's product is scaled by its expert's row scales and the pair's weight as it is added
-    k_slices = tl.cdiv(K, BLOCK_K)
-    total = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
-    for step in range(0, TOP_K * k_slices):
-        choice = step // k_slices
-        ks = (step % k_slices) * BLOCK_K + tl.arange(0, BLOCK_K)
-        weight = _chosen(weights, choice, TOP_K_POW2)
-        # a pair of weight 0 was skipped by gate/up, its row unwritten: neither it nor its expert is read
-        k_inside = ks < tl.where(weight != 0, K, 0)
-        expert = _chosen(ids, choice, TOP_K_POW2).to(tl.int64)
-        a = _padded_row(a_ptr + (token * TOP_K + choice).to(tl.int64) * stride_a, ks, k_inside)
-        w_tile = w_ptr + expert * stride_we + columns[None, :] * stride_wn + ks[:, None]
-        w = tl.load(w_tile, k_inside[:, None] & inside[None, :], 0.0)
-        factor = tl.broadcast_to(weight, (BLOCK_N,))
-        if SCALED:
-            factor = factor * tl.load(w_scale_ptr + expert * stride_se + columns, inside, 0.0)
-        total += tl.dot(a, to_dot_dtype(w, a.dtype, MOVE_BITS)) * factor[None, :]
-    launch_next_kernel(PDL)
-    _first_row_store(out_ptr + token * stride_out, columns, total, inside)
-
-
-@triton.jit
-def _to_fp32(w, MOVE_BITS: tl.constexpr):
-    """A weight tile in fp32: an fp8 one by moving bits to bf16 first where `MOVE_BITS`."""
-    return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
-
-
-@triton.jit
-def _fma_gate_up_kernel(
-    x_ptr,  # [T, H]
-    w_ptr,  # [E, 2I, H]: gate rows, then up rows
-    w_scale_ptr,  # [E, 2I] where SCALED
-    out_ptr,  # [T * TOP_K, I]
-    logits_ptr,
-    topk_weights_ptr,
-    topk_ids_ptr,
-    padding_ptr,
-    num_tokens,
-    N,
-    K,
-    stride_x,
-    stride_logits,
-    stride_we,
-    stride_wn,
-    stride_se,
-    stride_out,
-    routed_weights_ptr,  # [T * TOP_K] fp32 where ROUTE_HERE: the routing, written for the down kernel
-    routed_ids_ptr,  # [T * TOP_K] int32 where ROUTE_HERE
-    NUM_EXPERTS: tl.constexpr,
-    EXPERTS_POW2: tl.constexpr,
-    TOP_K: tl.constexpr,
-    TOP_K_POW2: tl.constexpr,
-    RENORMALIZE: tl.constexpr,
-    ROUTE_HERE: tl.constexpr,
-    HAS_PADDING: tl.constexpr,
-    SCALED: tl.constexpr,
-    MOVE_BITS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """`_skinny_gate_up_kernel`'s result on the CUDA cores: a `[BLOCK_N, BLOCK_K]` tile of products per
-    gate and up, added element by element across the loop and summed over the reduction once at the end."""
+    """Each pair's `silu(gate) * up` for a strip of `BLOCK_N` intermediate columns: a `[BLOCK_N, BLOCK_K]`
+    tile of products per gate and up, added element by element across the loop and summed over the
+    reduction once at the end, times the rows' scales where SCALED."""
     wait_for_prior_kernel(PDL)
     pair = tl.program_id(0)
     token = pair // TOP_K
@@ -367,7 +215,7 @@ def _fma_gate_up_kernel(
 
 
 @triton.jit
-def _fma_down_kernel(
+def _skinny_down_kernel(
     a_ptr,  # [T * TOP_K, I]: the gate/up kernel's output
     w_ptr,  # [E, H, I]
     w_scale_ptr,  # [E, H] where SCALED
@@ -389,7 +237,7 @@ def _fma_down_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """`_skinny_down_kernel`'s result on the CUDA cores: the token's k experts' `[BLOCK_N, BLOCK_K]` tiles
+    """A token's `BLOCK_N` output columns: its k experts' `[BLOCK_N, BLOCK_K]` tiles
     read side by side (a load's wait is not repeated expert after expert), their products with the pairs'
     intermediates times the routing weights added element by element, then summed over the reduction,
     scaled by each expert's row scales and summed over the experts in fp32. A padding token (every weight
@@ -479,11 +327,8 @@ def skinny_gate_up(
     # routed here, padding tokens get weight 0; a given routing has them at weight 0 already
     padding_mask = padding.view(torch.uint8) if route_here and padding is not None else None
     activated = x.new_empty((num_tokens * top_k, intermediate))
-    weight_bytes = min(gate_up.element_size(), 2)
-    on_cuda_cores = ON_CUDA_CORES[weight_bytes]
-    kernel = _fma_gate_up_kernel if on_cuda_cores else _skinny_gate_up_kernel
-    block_n, block_k, warps, stages = (FMA_GATE_UP_LAUNCH if on_cuda_cores else GATE_UP_LAUNCH)[weight_bytes]
-    kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
+    block_n, block_k, warps, stages = GATE_UP_LAUNCH[min(gate_up.element_size(), 2)]
+    _skinny_gate_up_kernel[(num_tokens * top_k, triton.cdiv(intermediate, block_n))](
         x,
         gate_up,
         gate_up if gate_up_scale is None else gate_up_scale,
@@ -533,34 +378,7 @@ def skinny_down(
     hidden = down.shape[1]
     down = down.contiguous()
     out = torch.empty_like(x)
-    weight_bytes = min(down.element_size(), 2)
-    if ON_CUDA_CORES[weight_bytes]:
-        block_n, block_k, warps, stages = FMA_DOWN_LAUNCH[weight_bytes]
-        _fma_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
-            activated,
-            down,
-            down if down_scale is None else down_scale,
-            out,
-            *routed,
-            hidden,
-            down.shape[2],
-            activated.stride(0),
-            down.stride(0),
-            down.stride(1),
-            0 if down_scale is None else down_scale.stride(0),
-            out.stride(0),
-            TOP_K=top_k,
-            TOP_K_POW2=triton.next_power_of_2(top_k),
-            SCALED=down_scale is not None,
-            MOVE_BITS=moves_bits(down, x),
-            BLOCK_N=block_n,
-            BLOCK_K=block_k,
-            num_warps=warps,
-            num_stages=stages,
-            **pdl_launch(x.device),
-        )
-        return out
-    block_n, block_k, warps, stages = DOWN_LAUNCH[weight_bytes]
+    block_n, block_k, warps, stages = DOWN_LAUNCH[min(down.element_size(), 2)]
     _skinny_down_kernel[(x.shape[0], triton.cdiv(hidden, block_n))](
         activated,
         down,

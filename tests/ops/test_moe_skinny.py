@@ -10,23 +10,19 @@ from tests.helpers.triton_interpreter import run_in_interpreter
 
 
 def test_the_skinny_experts_equal_the_torch_reference():
-    """Both kernels' ways (on the CUDA cores and on tensor cores); sizes off every launch block (the
-    masks), top-k not a power of two, renormalised or not; fp8 experts whose rows and experts differ in
-    magnitude, so that a scale applied to the wrong row, expert or pair shows; padding tokens add nothing
-    and their rows are zeros."""
+    """Sizes off every launch block (the masks), top-k not a power of two, renormalised or not; fp8
+    experts whose rows and experts differ in magnitude, so that a scale applied to the wrong row, expert
+    or pair shows; padding tokens add nothing and their rows are zeros."""
     run_in_interpreter(
         """
 import torch
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route_step
-from nvllm.ops import moe_skinny_triton
 from nvllm.ops.moe_skinny_triton import skinny_experts
 generator = torch.Generator().manual_seed(0)
 shapes = [(1, 8, 3, 96, 80, True), (3, 8, 2, 64, 48, False), (4, 6, 4, 300, 40, True)]
-ways = [True] * len(shapes) + [False] * len(shapes)  # on the CUDA cores, then on tensor cores
-for (tokens, experts, top_k, hidden, intermediate, renormalize), on_cuda_cores in zip(shapes * 2, ways):
-    moe_skinny_triton.ON_CUDA_CORES = {1: on_cuda_cores, 2: on_cuda_cores}
+for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
     x = torch.randn(tokens, hidden, generator=generator)
     rows = 2 * intermediate
     gate_up = torch.randn(experts, rows, hidden, generator=generator) / hidden**0.5
@@ -92,24 +88,19 @@ def test_the_skinny_experts_take_a_few_tokens_by_the_experts_weight_dtype(monkey
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("on_cuda_cores", [True, False])
 @pytest.mark.parametrize("fp8", [False, True])
-def test_on_the_gpu_the_skinny_experts_equal_the_grouped_ones_and_replay_in_a_graph(
-    fp8, on_cuda_cores, monkeypatch
-):
-    """Qwen3-30B-A3B's layer (hidden 2048, 128 experts of 768, 8 a token) at 1, 2 and 4 tokens, bf16, each
-    way (`ON_CUDA_CORES`): the skinny experts (routing given, and routed in the kernels with a padding
-    token) against the grouped path, to the rounding of one bf16 output (the sums' order differs); then
-    replayed in a CUDA graph on other inputs as the engine's decode graphs do."""
+def test_on_the_gpu_the_skinny_experts_equal_the_grouped_ones_and_replay_in_a_graph(fp8):
+    """Qwen3-30B-A3B's layer (hidden 2048, 128 experts of 768, 8 a token) at 1, 2 and 4 tokens, bf16: the
+    skinny experts (routing given, and routed in the kernels with a padding token) against the grouped
+    path, to the rounding of one bf16 output (the sums' order differs); then replayed in a CUDA graph on
+    other inputs as the engine's decode graphs do."""
     import torch
 
-    from nvllm.ops import moe_skinny_triton
     from nvllm.ops.fp8 import quantize_rows
     from nvllm.ops.moe_routing import route_step
     from nvllm.ops.moe_skinny_triton import skinny_experts
     from nvllm.ops.moe_triton import grouped_experts
 
-    monkeypatch.setattr(moe_skinny_triton, "ON_CUDA_CORES", {1: on_cuda_cores, 2: on_cuda_cores})
     generator = torch.Generator("cuda").manual_seed(0)
 
     def randn(*shape, scale=1.0):
