@@ -58,7 +58,9 @@ DENSE_MODELS = ("qwen3-0.6b", "qwen3-8b")  # a gate/up projection third in their
 ROUTERS = {(128, 2048)}
 ROWS = (1, 2, 8, 16)
 CONFIGS = list(itertools.product((16, 32, 64), (128, 256, 512), (4,), (3, 4, 5)))
-WIDE_CONFIGS = list(itertools.product((16, 32, 64), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
+# 128 columns a strip: with `--splits`, a weight's programs can come to about one an SM (Qwen3-30B-A3B's
+# q/k/v: 160 strips of 32 on 132 SMs leave 28 SMs two programs each, the kernel as long as two)
+WIDE_CONFIGS = list(itertools.product((16, 32, 64, 128), (256, 512, 1024), (4, 8), (2, 3, 4, 6)))
 # the gated kernel reads two strips a program, so its blocks top out at half the plain kernel's bytes a step
 GATED_CONFIGS = list(itertools.product((16, 32), (128, 256), (4,), (3, 4, 5)))
 # on the CUDA cores a program's products are a [2, BLOCK_N, BLOCK_K] fp32 tile: at most 64 registers a thread
