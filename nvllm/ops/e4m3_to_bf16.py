@@ -62,3 +62,12 @@ def to_dot_dtype(w, dtype: tl.constexpr, MOVE_BITS: tl.constexpr):
             pack=4,
         )
     return w.to(dtype)
+
+
+@triton.jit
+def to_fp32(w, MOVE_BITS: tl.constexpr):
+    """A weight tile in fp32, for multiply-adds on the CUDA cores: an fp8 one by moving bits to bf16 first
+    where `MOVE_BITS` (`moves_bits`), else by Triton's conversion."""
+    if MOVE_BITS:
+        return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32)
+    return w.to(tl.float32)

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_fp32
 from nvllm.ops.moe_topk_triton import route_rows
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
@@ -122,12 +122,6 @@ def _chosen(values, choice, TOP_K_POW2: tl.constexpr):
 
 
 @triton.jit
-def _to_fp32(w, MOVE_BITS: tl.constexpr):
-    """A weight tile in fp32: an fp8 one by moving bits to bf16 first where `MOVE_BITS`."""
-    return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
-
-
-@triton.jit
 def _skinny_gate_up_kernel(
     x_ptr,  # [T, H]
     w_ptr,  # [E, 2I, H]: gate rows, then up rows
@@ -202,8 +196,8 @@ def _skinny_gate_up_kernel(
         k_inside = ks < K
         a = tl.load(x_ptr + token * stride_x + ks, k_inside, 0.0).to(tl.float32)[None, :]
         mask = inside[:, None] & k_inside[None, :]
-        gate += _to_fp32(tl.load(gate_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
-        up += _to_fp32(tl.load(up_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
+        gate += to_fp32(tl.load(gate_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
+        up += to_fp32(tl.load(up_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
     launch_next_kernel(PDL)
     gate_sum, up_sum = tl.sum(gate, 1), tl.sum(up, 1)
     if SCALED:
@@ -261,7 +255,7 @@ def _skinny_down_kernel(
             a = tl.load(pair_rows + ks[None, :], k_inside, 0.0).to(tl.float32) * weights[:, None]
             w_mask = k_inside[:, None, :] & inside[None, :, None]
             w = tl.load(rows + ks[None, None, :], w_mask, 0.0)
-            products += _to_fp32(w, MOVE_BITS) * a[:, None, :]
+            products += to_fp32(w, MOVE_BITS) * a[:, None, :]
         summed = tl.sum(products, 2)
         if SCALED:
             scales = w_scale_ptr + experts[:, None] * stride_se + columns[None, :]

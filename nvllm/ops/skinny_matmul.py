@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype, to_fp32
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_for_prior_kernel
 from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
@@ -164,8 +164,7 @@ def _fma_matmul_kernel(
             w = tl.load(strip + ks[None, :], mask=w_mask, other=0.0)
         x_mask = (rows[:, None] < num_rows) & (ks[None, :] < k)
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + ks[None, :], mask=x_mask, other=0.0)
-        weight = to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32) if MOVE_BITS else w.to(tl.float32)
-        acc += weight[None, :, :] * x.to(tl.float32)[:, None, :]
+        acc += to_fp32(w, MOVE_BITS)[None, :, :] * x.to(tl.float32)[:, None, :]
     launch_next_kernel(PDL)
     y = tl.sum(acc, 2)
     if SCALED:
