@@ -32,6 +32,11 @@ from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 # probabilities, the candidates left), which at 8 warps is about a hundred registers a thread; larger
 # batches are routed a block of tokens a program, then sorted by expert by a second kernel.
 MAX_FUSED_LOGITS = 8192
+# A batch the skinny experts take is routed inside their gate/up kernel (each program routes its pair's
+# token from the logits before its first load), or, False, by `route_tokens` first (one launch, chained to
+# theirs), the experts then given the routing. Untimed: inside the kernels measured slower than inductor's
+# routing (`model.moe_routing_kernel=false`; experiments/results/2026-12-05-h100-fma-single-stream.md).
+SKINNY_ROUTES_IN_KERNELS = True
 
 
 def fits_fused_routing(num_tokens: int, num_experts: int) -> bool:
@@ -166,17 +171,21 @@ def routed_experts(
     down_scale: torch.Tensor | None = None,
     quantize_activations: bool = False,
 ) -> torch.Tensor:
-    """`nvllm::routed_experts` on CUDA: a few tokens routed inside the skinny experts' kernels
-    (`nvllm.ops.moe_skinny_triton`); else the batch routed by the fused kernel where it fits, or by
-    `route_tokens` and `align_by_expert`, then the grouped matmuls (on fp8 experts with their scales, and
-    with `quantize_activations` on fp8 activations)."""
+    """`nvllm::routed_experts` on CUDA: a few tokens through the skinny experts
+    (`nvllm.ops.moe_skinny_triton`), routed inside their kernels or first (`SKINNY_ROUTES_IN_KERNELS`); else
+    the batch routed by the fused kernel where it fits, or by `route_tokens` and `align_by_expert`, then the
+    grouped matmuls (on fp8 experts with their scales, and with `quantize_activations` on fp8
+    activations)."""
     num_tokens, num_experts = router_logits.shape
     if num_tokens == 0:
         return torch.zeros_like(x)
     if takes_skinny_experts(num_tokens, gate_up.element_size(), quantize_activations):
-        routing = dict(router_logits=router_logits, padding=padding, renormalize=renormalize)
         scales = dict(gate_up_scale=gate_up_scale, down_scale=down_scale)
-        return skinny_experts(x, gate_up, down, top_k, **routing, **scales)
+        if SKINNY_ROUTES_IN_KERNELS:
+            routing = dict(router_logits=router_logits, padding=padding, renormalize=renormalize)
+            return skinny_experts(x, gate_up, down, top_k, **routing, **scales)
+        routed = route_tokens(router_logits, padding, top_k, renormalize)
+        return skinny_experts(x, gate_up, down, top_k, routing=routed, **scales)
     block_m = row_tile(num_tokens * top_k, num_experts)
     if fits_fused_routing(num_tokens, num_experts):
         weights, _, sorted_pairs, tile_expert = route_and_align(

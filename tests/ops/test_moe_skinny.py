@@ -19,7 +19,12 @@ import torch
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route_step
+from nvllm.ops import moe_skinny_triton
 from nvllm.ops.moe_skinny_triton import skinny_experts
+# wider strips than the tables' (the GPU test below runs theirs), for fewer programs in the interpreter; still
+# a last strip and a last slice cut short by every shape's sizes
+for table in (moe_skinny_triton.GATE_UP_LAUNCH, moe_skinny_triton.DOWN_LAUNCH):
+    table[1] = table[2] = (32, 64, 4, 1)
 generator = torch.Generator().manual_seed(0)
 shapes = [(1, 8, 3, 96, 80, True), (3, 8, 2, 64, 48, False), (4, 6, 4, 300, 40, True)]
 for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
@@ -55,6 +60,7 @@ for tokens, experts, top_k, hidden, intermediate, renormalize in shapes:
     torch.testing.assert_close(given, expected, **within)
     torch.testing.assert_close(here, expected, **within)
 # nvllm::routed_experts' CUDA path hands a single token of fp8 experts to them, and the result is theirs
+# (routed in the kernels: `here`'s)
 from nvllm.ops import moe_route_triton
 calls = []
 skinny = moe_route_triton.skinny_experts
@@ -63,6 +69,11 @@ routing = (logits[:1], None, top_k, renormalize)
 routed = moe_route_triton.routed_experts(x[:1], gate_up_q, down_q, *routing, *scales.values())
 assert calls == [1]
 torch.testing.assert_close(routed, here[:1], atol=0, rtol=0)
+# routed first by `route_tokens` (SKINNY_ROUTES_IN_KERNELS off), then given to them: the same routing
+moe_route_triton.SKINNY_ROUTES_IN_KERNELS = False
+routed = moe_route_triton.routed_experts(x[:1], gate_up_q, down_q, *routing, *scales.values())
+assert calls == [1, 1]
+torch.testing.assert_close(routed, given[:1], atol=0, rtol=0)
 """
     )
 
