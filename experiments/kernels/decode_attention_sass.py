@@ -40,15 +40,10 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "seqlens_ptr": "*i32",
         "out_ptr": "*bf16",
         "lse_ptr": "*fp32",
-        "combined_out_ptr": "*bf16",
-        "combined_lse_ptr": "*fp32",
-        "counters_ptr": "*i32",
         "query_row_stride": "i32",
         "query_head_stride": "i32",
         "out_row_stride": "i32",
         "out_head_stride": "i32",
-        "combined_row_stride": "i32",
-        "combined_head_stride": "i32",
         "block_table_stride": "i32",
         "scale": "fp32",
     }
@@ -65,7 +60,6 @@ def compile_kernel(cache: str, group: int, tile: int, num_warps: int = 4, num_st
         "FP8_PAIRS": fp8 and decode_module.FP8_ELEMENT_PAIRS,
         "IN_PTX": True,
         "HEADS_FIRST": decode_module.HEADS_FIRST,
-        "COMBINE_HERE": False,
         "PDL": True,
     }
     return compile_for_hopper(
