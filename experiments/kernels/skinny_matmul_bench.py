@@ -46,7 +46,7 @@ import triton
 from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from nvllm.ops import e4m3_to_bf16
 from nvllm.ops.fp8 import quantize_rows, scaled_mm_linear
-from nvllm.ops.skinny_matmul import FMA_CONFIGS, fma_matmul, skinny_config, skinny_matmul
+from nvllm.ops.skinny_matmul import SPLIT_K, fma_matmul, skinny_config, skinny_matmul
 
 SHAPES = {  # (out, in) of qkv, o, gate_up, down, LM head; a MoE model's qkv, o, router, LM head
     "qwen3-0.6b": [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024)],
@@ -174,19 +174,10 @@ def fma_configs(fp8: bool, shapes: dict[str, list]) -> None:
             xs = {m: torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m in FMA_ROWS}
             table = skinny_config(n, k, weight_bytes=weight.element_size())
             key = (n, k, weight.element_size())
-            saved = FMA_CONFIGS.pop(key, None)  # the tensor cores' time, whatever the table holds
-            if table is None:  # the table leaves the shape to cuBLAS
-                cublas = (
-                    partial(F.linear, weight=weight)
-                    if scale is None
-                    else partial(scaled_mm_linear, q=weight, scale=scale)
-                )
-                tensor_cores = sum(time_us(partial(cublas, xs[m])) for m in xs)
-            else:
-                on_tensor_cores = partial(skinny_matmul, weight=weight, config=table, weight_scale=scale)
-                tensor_cores = sum(time_us(partial(on_tensor_cores, xs[m])) for m in xs)
-            if saved is not None:
-                FMA_CONFIGS[key] = saved
+            # a split given: the tensor-core kernel, whatever `FMA_CONFIGS` holds
+            split = SPLIT_K.get(key, 1)
+            run = partial(skinny_matmul, weight=weight, config=table, weight_scale=scale, split_k=split)
+            tensor_cores = sum(time_us(partial(run, xs[m])) for m in xs)
             timed = []
             for config in FMA_GRID:
                 if config[1] > triton.next_power_of_2(k):

@@ -43,8 +43,8 @@ from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 # The largest batch the skinny path serves, by the bytes of an expert weight (1: fp8, 2: bf16); 0 turns it
 # off (every batch takes the grouped matmuls). Two tokens: the graph a single stream runs in (one token and
 # its padding), faster on fp8 experts (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
-# bf16 experts keep the grouped path: their single stream was slower with the skinny ones
-# (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md).
+# bf16 experts keep the grouped path: their single stream was slower with the skinny ones, then on tensor
+# cores (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md); not timed since.
 SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s fastest

@@ -252,7 +252,9 @@ def skinny_matmul(
     """`x @ weight.T` for `x` of at most `MAX_ROWS` rows; both with contiguous rows. `gated`: `weight` is a
     packed `[gate; up]` and the result `silu(x @ gate.T) * (x @ up.T)`. `weight_scale`: `weight` is fp8
     and stands for `weight * weight_scale[:, None]` (`nvllm.ops.fp8`). `split_k`: programs a strip of
-    output columns (not with `gated`); None: `SPLIT_K`'s for the weight."""
+    output columns (not with `gated`); None: the tables decide: `SPLIT_K`'s for the weight, or, for at
+    most `FMA_MAX_ROWS` rows of a shape `FMA_CONFIGS` names, `fma_matmul` at its configuration in place of
+    `config`. Given a `split_k`, the tensor-core kernel runs at `config`."""
     num_rows, k = x.shape
     fma_config = FMA_CONFIGS.get((*weight.shape, weight.element_size()))
     if fma_config is not None and num_rows <= FMA_MAX_ROWS and not gated and split_k is None:

@@ -27,31 +27,13 @@ def tile_counters(device: torch.device) -> torch.Tensor:
     return torch.zeros(MAX_TILES, dtype=torch.int32, device=device)
 
 
-def launch_counters(device: torch.device, tiles: int) -> torch.Tensor:
-    """The counters for a launch of `tiles` tiles of output on `device`."""
-    assert tiles <= MAX_TILES, f"{tiles} tiles of output, more than the {MAX_TILES} counters"
-    return tile_counters(device)
-
-
 def split_workspace(
     like: torch.Tensor, tiles: int, splits: int, rows: int, columns: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The partial sums' workspace `[tiles, splits, rows, columns]` (fp32, unwritten) and the counters for a
     launch of `tiles` tiles of `rows x columns` outputs on `like`'s device."""
-    workspace = like.new_empty((tiles, splits, rows, columns), dtype=torch.float32)
-    return workspace, launch_counters(like.device, tiles)
-
-
-@triton.jit
-def arrived_last(counter_ptr, SPLITS: tl.constexpr):
-    """Counts this program in on its tile's counter, once its partial is written: True for the last of the
-    tile's `SPLITS` programs, which also sets the counter back to zero for the next launch (the others have
-    counted already)."""
-    tl.debug_barrier()  # every thread's partial written before the count that releases them
-    last = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == SPLITS - 1
-    if last:
-        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
-    return last
+    assert tiles <= MAX_TILES, f"{tiles} tiles of output, more than the {MAX_TILES} counters"
+    return like.new_empty((tiles, splits, rows, columns), dtype=torch.float32), tile_counters(like.device)
 
 
 @triton.jit
@@ -69,9 +51,12 @@ def add_split_partials(
     programs to arrive at `counter_ptr`, the tile's whole sum and True, else False."""
     tile = tl.arange(0, ROWS)[:, None] * COLUMNS + tl.arange(0, COLUMNS)[None, :]
     tl.store(tile_partials_ptr + split * ROWS * COLUMNS + tile, acc)
-    last = arrived_last(counter_ptr, SPLITS)
+    tl.debug_barrier()  # every thread's partial written before the count that releases them
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    last = arrived == SPLITS - 1
     if last:
         acc = tl.zeros((ROWS, COLUMNS), dtype=tl.float32)
         for other in range(0, SPLITS):
             acc += tl.load(tile_partials_ptr + other * ROWS * COLUMNS + tile, cache_modifier=".cg")
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")  # for the next launch
     return acc, last
