@@ -33,7 +33,8 @@ def start_engine(config: EngineConfig) -> LLM:
     return LLM.from_config(config)
 
 
-# The prompt lengths the warm-up prefills on a GPU, one prompt each, capped at a step's token budget.
+# The prompt lengths the warm-up prefills on a GPU, one prompt each, capped at a step's token budget; each
+# also one token shorter (`warm_up`).
 WARM_UP_PREFILL_LENGTHS = (8, 32, 128, 512, 2048, 8192, 32768)
 
 
@@ -43,10 +44,13 @@ def warm_up(llm: LLM) -> None:
     nano-vLLM's bench does; on a GPU, a prompt of each of `WARM_UP_PREFILL_LENGTHS` as well (as long as a
     step's budget, `max_model_len` and the KV cache allow). Triton compiles
     a kernel the first time a launch shape comes, and some launch shapes follow a step's token count (the
-    MoE matmuls' bands, `nvllm.ops.moe_tiles`). The decode graphs' capture meets every decode batch, but no
-    prefill: on a cold machine those compiles fell inside the measured prefill
-    (experiments/results/2026-12-05-h100-fp16-dots-and-cold-prefill.md). Each prompt has its own token, so
-    that none is served from another's cached prefix."""
+    MoE matmuls' bands, `nvllm.ops.moe_tiles`), and Triton compiles a kernel again for an integer argument
+    that is not a multiple of 16 where the last was (it specializes on that): so each length comes with one
+    a token shorter, odd. The decode graphs' capture meets every decode batch, but no prefill: on a cold
+    machine those compiles fell inside the measured prefill
+    (experiments/results/2026-12-05-h100-fp16-dots-and-cold-prefill.md,
+    experiments/results/2026-12-05-h200-moe-aims.md). Each prompt has its own token, so that none is
+    served from another's cached prefix."""
     params = SamplingParams(max_tokens=2, ignore_eos=True)
     llm.generate([[0] * 8], params, use_tqdm=False)
     if not llm.config.device.startswith("cuda"):
@@ -55,7 +59,8 @@ def warm_up(llm: LLM) -> None:
     kv_tokens = llm.stats()["num_kv_blocks"] * llm.config.cache.block_size
     room = min(scheduler.max_model_len, kv_tokens) - params.max_tokens
     longest = max(0, min(scheduler.max_num_batched_tokens, room))
-    lengths = sorted({min(length, longest) for length in WARM_UP_PREFILL_LENGTHS} - {0})
+    capped = {min(length, longest) for length in WARM_UP_PREFILL_LENGTHS}
+    lengths = sorted(length for length in capped | {length - 1 for length in capped} if length > 0)
     for token, length in enumerate(lengths, start=1):
         llm.generate([[token] * length], params, use_tqdm=False)
 

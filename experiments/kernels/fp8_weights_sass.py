@@ -102,15 +102,16 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool, activation: s
     return kernel, config.block_n * config.block_k * (2 if gated else 1), config.num_warps
 
 
-def skinny_experts(weight: str, gated: bool, move_bits: bool, activation: str = "bf16"):
+def skinny_experts(weight: str, gated: bool, activation: str = "bf16"):
     """One token's gate/up (`gated`) or down launch of the skinny experts (`nvllm.ops.moe_skinny_triton`)
-    over Qwen3-30B-A3B's experts, at the launch tables' shapes, the routing given."""
+    over Qwen3-30B-A3B's experts, at the launch tables' shapes, the routing given. They multiply in fp32
+    and always take Triton's conversion (`CUDA_CORE_KERNELS`)."""
     weight_bytes = 2 if weight == "bf16" else 1
     table = moe_skinny_triton.GATE_UP_LAUNCH if gated else moe_skinny_triton.DOWN_LAUNCH
     block_n, block_k, warps, stages = table[weight_bytes]
     pointers = {"w_ptr": f"*{weight}", "w_scale_ptr": "*fp32", "out_ptr": f"*{activation}"}
     routing = {"topk_weights_ptr": "*fp32", "topk_ids_ptr": "*i32"}
-    launch = dict(SCALED=weight != "bf16", MOVE_BITS=move_bits, BLOCK_N=block_n, BLOCK_K=block_k)
+    launch = dict(SCALED=weight != "bf16", BLOCK_N=block_n, BLOCK_K=block_k)
     if gated:  # the kernels' parameters in their order: the constexprs are matched by position
         signature = {"x_ptr": f"*{activation}", **pointers, "logits_ptr": "*bf16", **routing}
         signature |= {"padding_ptr": "*i1"} | dict.fromkeys(("num_tokens", "N", "K"), "i32")
@@ -232,6 +233,8 @@ KERNELS = {
     "grouped gate/up, 256 tokens": partial(grouped, gated=True, pairs=2048),
     "grouped gate/up, prefill 2048 tokens": partial(grouped, gated=True, pairs=16384),
 }
+# the kernels that multiply on the CUDA cores in fp32, whose fp8 weights take Triton's conversion only
+CUDA_CORE_KERNELS = ("skinny experts gate/up, 1 token", "skinny experts down, 1 token")
 # (label, weight dtype, bits moved, activations' dtype): bf16 weights, fp8 by Triton's conversion, fp8 by
 # `nvllm.ops.e4m3_to_bf16`; and, as a what-if no kernel runs yet, fp8 weights against fp16 activations, for
 # which sm_90 converts e4m3 pairs to f16 in one instruction and needs no second step to bf16
@@ -262,7 +265,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for name, build in KERNELS.items():
             for label, weight, move_bits, activation in WEIGHTS:
-                kernel, elements, warps = build(weight, move_bits=move_bits, activation=activation)
+                if name in CUDA_CORE_KERNELS:
+                    if move_bits:  # they never move bits
+                        continue
+                    kernel, elements, warps = build(weight, activation=activation)
+                else:
+                    kernel, elements, warps = build(weight, move_bits=move_bits, activation=activation)
                 weight_bytes = elements * (1 if weight == "fp8e4nv" else 2)
                 report(name, label, kernel, weight_bytes, warps, Path(scratch))
         for name, build in FP8_ACTIVATION_KERNELS.items():

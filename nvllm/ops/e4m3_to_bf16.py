@@ -13,6 +13,11 @@ gives the value exactly. For four elements in a 32-bit word: a byte permute that
 high bytes of the word's halves (with the lower byte's sign copied into the byte between them), an
 arithmetic shift by four, a mask and the multiply, each pair on the integer and FMA pipes.
 
+Only for bf16 dots: a kernel that multiplies on the CUDA cores in fp32 (the skinny experts,
+`nvllm.ops.skinny_matmul.fma_matmul`) takes Triton's conversion, e4m3 pairs to f16 in one instruction, then
+to fp32, which issues fewer instructions than moving bits to bf16 first and ran a single stream of
+Qwen3-30B-A3B faster (experiments/results/2026-12-05-h200-moe-aims.md).
+
 `ENABLED` is the switch, which the engine sets from `model.fp8_move_bits`; Triton's interpreter, which runs
 no PTX, always takes Triton's own conversion. Both conversions give the same bits; the times of each are in
 experiments/results/2026-12-05-h200-ab-candidates.md.
@@ -62,12 +67,3 @@ def to_dot_dtype(w, dtype: tl.constexpr, MOVE_BITS: tl.constexpr):
             pack=4,
         )
     return w.to(dtype)
-
-
-@triton.jit
-def to_fp32(w, MOVE_BITS: tl.constexpr):
-    """A weight tile in fp32, for multiply-adds on the CUDA cores: an fp8 one by moving bits to bf16 first
-    where `MOVE_BITS` (`moves_bits`), else by Triton's conversion."""
-    if MOVE_BITS:
-        return to_dot_dtype(w, tl.bfloat16, MOVE_BITS).to(tl.float32)
-    return w.to(tl.float32)

@@ -27,8 +27,8 @@ weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_r
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
 add 0, or NaN where the expert's output is infinite, which the reference would carry).
 
-Weights in fp8 are converted in registers by moving bits to bf16 (`nvllm.ops.e4m3_to_bf16`), then to fp32;
-activations stay in their dtype (with `model.fp8_activations` the grouped path serves every batch)."""
+Weights in fp8 are converted to fp32 in registers by Triton's conversion, not by moving bits
+(`nvllm.ops.e4m3_to_bf16` says why); activations stay in their dtype (with `model.fp8_activations` the grouped path serves every batch)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.e4m3_to_bf16 import moves_bits, to_fp32
 from nvllm.ops.moe_topk_triton import route_rows
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
 
@@ -150,7 +149,6 @@ def _skinny_gate_up_kernel(
     ROUTE_HERE: tl.constexpr,
     HAS_PADDING: tl.constexpr,
     SCALED: tl.constexpr,
-    MOVE_BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
@@ -196,8 +194,8 @@ def _skinny_gate_up_kernel(
         k_inside = ks < K
         a = tl.load(x_ptr + token * stride_x + ks, k_inside, 0.0).to(tl.float32)[None, :]
         mask = inside[:, None] & k_inside[None, :]
-        gate += to_fp32(tl.load(gate_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
-        up += to_fp32(tl.load(up_rows + ks[None, :], mask, 0.0), MOVE_BITS) * a
+        gate += tl.load(gate_rows + ks[None, :], mask, 0.0).to(tl.float32) * a
+        up += tl.load(up_rows + ks[None, :], mask, 0.0).to(tl.float32) * a
     launch_next_kernel(PDL)
     gate_sum, up_sum = tl.sum(gate, 1), tl.sum(up, 1)
     if SCALED:
@@ -226,7 +224,6 @@ def _skinny_down_kernel(
     TOP_K: tl.constexpr,
     TOP_K_POW2: tl.constexpr,
     SCALED: tl.constexpr,
-    MOVE_BITS: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
@@ -255,7 +252,7 @@ def _skinny_down_kernel(
             a = tl.load(pair_rows + ks[None, :], k_inside, 0.0).to(tl.float32) * weights[:, None]
             w_mask = k_inside[:, None, :] & inside[None, :, None]
             w = tl.load(rows + ks[None, None, :], w_mask, 0.0)
-            products += to_fp32(w, MOVE_BITS) * a[:, None, :]
+            products += w.to(tl.float32) * a[:, None, :]
         summed = tl.sum(products, 2)
         if SCALED:
             scales = w_scale_ptr + experts[:, None] * stride_se + columns[None, :]
@@ -349,7 +346,6 @@ def skinny_gate_up(
         ROUTE_HERE=route_here,
         HAS_PADDING=padding_mask is not None,
         SCALED=gate_up_scale is not None,
-        MOVE_BITS=moves_bits(gate_up, x),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
@@ -389,7 +385,6 @@ def skinny_down(
         TOP_K=top_k,
         TOP_K_POW2=triton.next_power_of_2(top_k),
         SCALED=down_scale is not None,
-        MOVE_BITS=moves_bits(down, x),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,

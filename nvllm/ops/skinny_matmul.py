@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype, to_fp32
+from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, prefetch_to_l2, wait_for_prior_kernel
 from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
@@ -142,7 +142,6 @@ def _fma_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SCALED: tl.constexpr,
-    MOVE_BITS: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """`_skinny_matmul_kernel`'s product (not GATED, not split) for at most `BLOCK_M` (1 or 2) rows on the
@@ -164,7 +163,7 @@ def _fma_matmul_kernel(
             w = tl.load(strip + ks[None, :], mask=w_mask, other=0.0)
         x_mask = (rows[:, None] < num_rows) & (ks[None, :] < k)
         x = tl.load(x_ptr + rows[:, None] * x_row_stride + ks[None, :], mask=x_mask, other=0.0)
-        acc += to_fp32(w, MOVE_BITS)[None, :, :] * x.to(tl.float32)[:, None, :]
+        acc += w.to(tl.float32)[None, :, :] * x.to(tl.float32)[:, None, :]
     launch_next_kernel(PDL)
     y = tl.sum(acc, 2)
     if SCALED:
@@ -325,7 +324,6 @@ def fma_matmul(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         SCALED=weight_scale is not None,
-        MOVE_BITS=moves_bits(weight, x),
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(x.device),

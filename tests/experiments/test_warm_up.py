@@ -29,13 +29,14 @@ class RecordingLLM:
 @pytest.mark.parametrize(
     "budget, max_model_len, kv_blocks, lengths",
     [
-        # every length up to the step's budget, then the budget itself
-        (1024, 4096, 1000, [8, 32, 128, 512, 1024]),
+        # every length up to the step's budget, then the budget itself; each also a token shorter (Triton
+        # compiles a kernel again for a count that is not a multiple of 16)
+        (1024, 4096, 1000, [7, 8, 31, 32, 127, 128, 511, 512, 1023, 1024]),
         # a prompt and its two output tokens within max_model_len
-        (16384, 300, 1000, [8, 32, 128, 298]),
-        (16384, 4096, 1000, [8, 32, 128, 512, 2048, 4094]),
+        (16384, 300, 1000, [7, 8, 31, 32, 127, 128, 297, 298]),
+        (16384, 4096, 1000, [7, 8, 31, 32, 127, 128, 511, 512, 2047, 2048, 4093, 4094]),
         # ... and within the KV cache (2 blocks of 256 tokens)
-        (16384, 4096, 2, [8, 32, 128, 510]),
+        (16384, 4096, 2, [7, 8, 31, 32, 127, 128, 509, 510]),
         # no room for a prompt beside its output tokens: the short request alone
         (16384, 2, 1000, []),
     ],
