@@ -28,7 +28,8 @@ their rows come out zeros), and a real pair only where its probability underflow
 add 0, or NaN where the expert's output is infinite, which the reference would carry).
 
 Weights in fp8 are converted to fp32 in registers by Triton's conversion, not by moving bits
-(`nvllm.ops.e4m3_to_bf16` says why); activations stay in their dtype (with `model.fp8_activations` the grouped path serves every batch)."""
+(`nvllm.ops.e4m3_to_bf16` says why); activations stay in their dtype (with `model.fp8_activations` the
+grouped path serves every batch)."""
 
 from __future__ import annotations
 
