@@ -23,8 +23,9 @@ H200.
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n and
 down's block_k are the intermediate's quantization group; 24 configurations each).
-`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s: two runs that differ in it
-say whether a band's row tile is the right one (the table printed is then for that tile, not to paste).
+`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `row_tile` goes
+to 64): two runs that differ in it say whether a band's row tile is the right one (the table printed is then
+for that tile, not to paste).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits |
 --fp8-activations]] [--row-tile 32]`"""
@@ -340,7 +341,7 @@ if __name__ == "__main__":
         "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="0: compile while timing"
     )
     parser.add_argument(
-        "--row-tile", type=int, choices=(16, 32, 64), help="every token count at this row tile"
+        "--row-tile", type=int, choices=(16, 32, 64, 128), help="every token count at this row tile"
     )
     add_fp8_arguments(parser, "experts", activations=True)
     args = parser.parse_args()
