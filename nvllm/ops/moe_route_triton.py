@@ -34,8 +34,10 @@ from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 MAX_FUSED_LOGITS = 8192
 # A batch the skinny experts take is routed inside their gate/up kernel (each program routes its pair's
 # token from the logits before its first load), or, False, by `route_tokens` first (one launch, chained to
-# theirs), the experts then given the routing. Untimed: inside the kernels measured slower than inductor's
-# routing (`model.moe_routing_kernel=false`; experiments/results/2026-12-05-h100-fma-single-stream.md).
+# theirs), the experts then given the routing. Either way a single stream was slower than with inductor's
+# routing (`model.moe_routing_kernel=false`, the default): inside the kernels on an H100
+# (experiments/results/2026-12-05-h100-fma-single-stream.md), first on an H200
+# (experiments/results/2026-12-05-h200-moe-aims.md).
 SKINNY_ROUTES_IN_KERNELS = True
 
 
