@@ -5,7 +5,8 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 (`experiments.kernels.skinny_matmul_bench.time_us`), against the bytes of the experts the batch touches
 (counted from its routing, uniform random logits; beside the expected count E * (1 - (1 - k/E)^n)).
 
-`--move-bits` has the kernels convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`);
+`--move-bits` has the grouped matmuls convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`; the
+skinny experts multiply in fp32 and always take Triton's conversion);
 `--fp8-activations` has fp8 experts multiply fp8 activations (`nvllm.ops.moe_fp8_triton`, the input's
 quantization kernel included in the time).
 

@@ -49,8 +49,9 @@ SKINNY_EXPERTS_MAX_TOKENS = {1: 2, 2: 0}
 
 # (BLOCK_N, BLOCK_K, num_warps, num_stages) by the bytes of an expert weight: `moe_bench --skinny`'s fastest
 # for fp8 on the H100 at a single stream's and two streams' batches
-# (experiments/results/2026-12-05-h100-fma-single-stream.md). bf16's are fp8's, not swept (bf16 experts take
-# the grouped path); fp32 (the interpreter's tests) takes them.
+# (experiments/results/2026-12-05-h100-fma-single-stream.md), swept while the kernels still moved bits.
+# bf16's are fp8's, not swept (bf16 experts take the grouped path); fp32 (the interpreter's tests) takes
+# them.
 GATE_UP_LAUNCH = {1: (8, 512, 4, 1), 2: (8, 512, 4, 1)}
 DOWN_LAUNCH = {1: (2, 256, 4, 1), 2: (2, 256, 4, 1)}
 
