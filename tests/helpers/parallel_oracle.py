@@ -37,3 +37,8 @@ def prefill_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
 def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     """The largest per-row relative L2 distance."""
     return ((ours - reference).norm(dim=-1) / reference.norm(dim=-1)).max().item()
+
+
+def whole_relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    """The relative L2 distance of the whole tensor."""
+    return ((ours - reference).norm() / reference.norm()).item()

@@ -15,7 +15,7 @@ from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route
 from tests.helpers.family_checkpoints import write_family_checkpoint
 from tests.helpers.gpu_parity import assert_follows_transformers_up_to_bf16
-from tests.helpers.parallel_oracle import relative_error
+from tests.helpers.parallel_oracle import relative_error, whole_relative_error
 
 pytestmark = pytest.mark.gpu
 
@@ -75,7 +75,14 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
     elements of the intermediate whose e4m3 rounding that flips: far less than the activations'
     quantization itself moves the result (the same experts on bf16 activations). The references run on the
     CPU: on the H200 the same reference computed on CUDA was 2.9 % from its CPU result at 64 tokens, where
-    the kernels were 0.7 % from it (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md)."""
+    the kernels were 0.7 % from it (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
+
+    The whole output is held to a quarter of the bf16 activations' distance, at most 1 %. Each token is held
+    to half of theirs: a flipped rounding moves an element by a whole e4m3 step, so the worst of many tokens
+    grows with their number for the same arithmetic (relative noise of 1e-5 on the intermediate: the worst
+    token 0.33 % from the reference at 64 tokens, 1.17 % at 4,096, the whole output 0.09 % and 0.12 %;
+    experiments/results/2026-12-05-cpu-fp8-activation-error-by-rows.md), while a fault confined to a few
+    rows moves them far more than that."""
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
@@ -86,7 +93,9 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
     x, gate_up_q, down_q, weights, *rest = (t.cpu() for t in (x, *experts))
     reference = experts_reference(x, gate_up_q, down_q, weights, *rest, quantize_activations=True).float()
     on_bf16_activations = experts_reference(x.float(), gate_up_q, down_q, weights.float(), *rest)
-    assert relative_error(ours, reference) <= min(1e-2, 0.25 * relative_error(on_bf16_activations, reference))
+    bound = min(1e-2, 0.25 * whole_relative_error(on_bf16_activations, reference))
+    assert whole_relative_error(ours, reference) <= bound
+    assert relative_error(ours, reference) <= 0.5 * relative_error(on_bf16_activations, reference)
 
 
 @pytest.mark.parametrize("fp8_activations", [False, True])
