@@ -3,8 +3,9 @@ from the torch reference of the same quantization computed on the CPU, by batch 
 the GPU: the inputs of the GPU test (`tests/models/test_qwen3_moe_gpu.py`, Qwen3-30B-A3B's layer), at 64
 to 4,096 tokens with the table's launch shapes; at 2,048 and 4,096 with the last band's shapes replaced by
 the 16-pair band's (4 warps where the last band runs 8); at 256 and 4,096 with the row tile forced to 16, 32
-and 64. Each line gives the relative L2 error of the whole output (the test's measure) and, per token, the
-median and the three worst rows: a fault between warps leaves a few rows far off, rounding spreads evenly.
+and 64. Each line gives the relative L2 error of the whole output and, per token, the median and the
+three worst rows (the test bounds the whole and the worst): a fault between warps leaves a few rows far
+off, rounding spreads evenly.
 
 `python -m experiments.studies.fp8_activation_kernels_by_batch`"""
 
