@@ -158,7 +158,7 @@ def _skinny_gate_up_kernel(
     """Each pair's `silu(gate) * up` for a strip of `BLOCK_N` intermediate columns: a `[BLOCK_N, BLOCK_K]`
     tile of products per gate and up, added element by element across the loop and summed over the
     reduction once at the end, times the rows' scales where SCALED."""
-    wait_for_prior_kernel(PDL)
+    wait_for_prior_kernel(PDL)  # the logits (or the routing) and x are the kernels' before
     pair = tl.program_id(0)
     token = pair // TOP_K
     weights, ids = _token_routing(
@@ -179,10 +179,10 @@ def _skinny_gate_up_kernel(
     )
     weight = _chosen(weights, pair % TOP_K, TOP_K_POW2)
     expert = _chosen(ids, pair % TOP_K, TOP_K_POW2)
-    if ROUTE_HERE and tl.program_id(1) == 0:
+    if ROUTE_HERE and tl.program_id(1) == 0:  # the pair's routing, so that the down kernel reads it
         tl.store(routed_weights_ptr + pair, weight)
         tl.store(routed_ids_ptr + pair, expert)
-    if weight == 0:
+    if weight == 0:  # a pair that adds nothing reads nothing
         launch_next_kernel(PDL)
         return
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -198,9 +198,9 @@ def _skinny_gate_up_kernel(
         mask = inside[:, None] & k_inside[None, :]
         gate += tl.load(gate_rows + ks[None, :], mask, 0.0).to(tl.float32) * a
         up += tl.load(up_rows + ks[None, :], mask, 0.0).to(tl.float32) * a
-    launch_next_kernel(PDL)
+    launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     gate_sum, up_sum = tl.sum(gate, 1), tl.sum(up, 1)
-    if SCALED:
+    if SCALED:  # a row's scale comes out of its sums (nvllm.ops.fp8)
         scales = w_scale_ptr + expert * stride_se + columns
         gate_sum = gate_sum * tl.load(scales, inside, 0.0)
         up_sum = up_sum * tl.load(scales + N, inside, 0.0)
@@ -235,7 +235,7 @@ def _skinny_down_kernel(
     intermediates times the routing weights added element by element, then summed over the reduction,
     scaled by each expert's row scales and summed over the experts in fp32. A padding token (every weight
     0) reads nothing and writes zeros."""
-    wait_for_prior_kernel(PDL)
+    wait_for_prior_kernel(PDL)  # the intermediate (and the routing, where routed) is the kernel's before
     token = tl.program_id(0)
     columns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = columns < N
