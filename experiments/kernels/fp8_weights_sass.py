@@ -134,11 +134,12 @@ def skinny_experts(weight: str, gated: bool, activation: str = "bf16"):
     return kernel, block_n * block_k * (2 if gated else 8), warps
 
 
-def grouped_fp8_activations(gated: bool, pairs: int):
+def grouped_fp8_activations(gated: bool, pairs: int, config: moe_tiles.GroupedMatmulConfig | None = None):
     """`grouped`'s matmul at `pairs` pairs over fp8 activations (`nvllm.ops.moe_fp8_triton`): the gate/up
-    matmul's input with a scale per token, the down matmul's with a scale per group."""
-    block_m = moe_tiles.row_tile(pairs, 128)
-    config = moe_tiles.fp8_activation_config(pairs, 128, gated)
+    matmul's input with a scale per token, the down matmul's with a scale per group; at `config` where
+    given, else the table's."""
+    block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True)
+    config = config or moe_tiles.fp8_activation_config(pairs, 128, gated)
     signature = {
         "a_ptr": "*fp8e4nv",
         "a_scale_ptr": "*fp32",
@@ -167,6 +168,7 @@ def grouped_fp8_activations(gated: bool, pairs: int):
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        GROUP=moe_tiles.FP8_INTERMEDIATE_GROUP,
         PDL=True,
     )
     aligned = ("a_ptr", "w_ptr", "out_ptr", "N", "K", "stride_am", "stride_we", "stride_wn", "stride_om")
@@ -216,6 +218,9 @@ FP8_ACTIVATION_KERNELS = {
     "grouped down, 256 tokens": partial(grouped_fp8_activations, gated=False, pairs=2048),
     "grouped gate/up, prefill 2048 tokens": partial(grouped_fp8_activations, gated=True, pairs=16384),
     "grouped down, prefill 2048 tokens": partial(grouped_fp8_activations, gated=False, pairs=16384),
+    "grouped gate/up, prefill 2048 tokens, two groups a tile": partial(
+        grouped_fp8_activations, gated=True, pairs=16384, config=moe_tiles.GroupedMatmulConfig(128, 128, 8, 3)
+    ),
 }
 
 

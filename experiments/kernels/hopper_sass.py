@@ -33,6 +33,9 @@ def compile_for_hopper(
     divisible by 16), as Triton specializes them."""
     signature = {**signature, **dict.fromkeys(constants, "constexpr")}
     names = list(signature)
+    # Triton matches them by position: a name left out or out of order would compile another kernel
+    if names != fn.arg_names:
+        raise ValueError(f"{fn.__name__} takes {fn.arg_names}, given {names}")
     source = ASTSource(
         fn=fn,
         signature=signature,

@@ -160,7 +160,7 @@ def main(fp8: bool, fp8_activations: bool = False, skinny: bool = False) -> None
         us = time_us(partial(grouped_experts, x, gate_up, down, weights, ids, *scales, fp8_activations))
         gb = touched * one_expert / 1e9
         tflops = 2 * tokens * TOP_K * 3 * HIDDEN * INTERMEDIATE / us / 1e6
-        tile = row_tile(tokens * TOP_K, NUM_EXPERTS)
+        tile = row_tile(tokens * TOP_K, NUM_EXPERTS, fp8_activations)
         print(
             f"{tokens:5d} tokens (tile {tile:2d} rows): {touched:3d} experts touched ({expected:5.1f} "
             f"expected), {gb * 1e3:6.1f} MB, {us:7.1f} us, "

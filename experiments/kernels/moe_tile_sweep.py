@@ -21,8 +21,8 @@ H200.
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
-prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n and
-down's block_k are the intermediate's quantization group; 24 configurations each).
+prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
+or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `row_tile` goes
 to 64): two runs that differ in it say whether a band's row tile is the right one (the table printed is then
 for that tile, not to paste).
@@ -75,11 +75,12 @@ GRID = [
     GroupedMatmulConfig(*launch)
     for launch in itertools.product((16, 32, 64, 128), (64, 128, 256), (2, 4, 8), (2, 3, 4, 5))
 ]
-# fp8 activations: gate/up's block_n and down's block_k are the intermediate's quantization group
+# fp8 activations: gate/up's block_n is a multiple of the intermediate's quantization group (its epilogue
+# quantizes each group), down's block_k the group
 ACTIVATION_GRIDS = {
     True: [
-        GroupedMatmulConfig(FP8_INTERMEDIATE_GROUP, *launch)
-        for launch in itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
+        GroupedMatmulConfig(groups * FP8_INTERMEDIATE_GROUP, *launch)
+        for groups, *launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4, 5))
     ],
     False: [
         GroupedMatmulConfig(block_n, FP8_INTERMEDIATE_GROUP, warps, stages)
@@ -140,9 +141,9 @@ def experts(fp8: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None,
     return layer_experts(fp8)
 
 
-def tile_rows(tokens: int, forced: int | None) -> int:
+def tile_rows(tokens: int, forced: int | None, kind: str) -> int:
     """The row tile a batch of `tokens` tokens is swept at: `forced` where given, else `row_tile`'s."""
-    return forced or row_tile(tokens * TOP_K, NUM_EXPERTS)
+    return forced or row_tile(tokens * TOP_K, NUM_EXPERTS, kind == "fp8 activations")
 
 
 def fp8_activation_matmul(
@@ -172,7 +173,7 @@ def matmul_of_batch(
     gate_up, down, gate_up_scale, down_scale = experts(kind != "bf16")
     x, _, weights, ids = routed_batch(tokens)
     num_pairs = tokens * TOP_K
-    block_m = tile_rows(tokens, forced_tile)
+    block_m = tile_rows(tokens, forced_tile, kind)
     sorted_pairs, tile_expert = align_by_expert(ids, NUM_EXPERTS, block_m)
     pair_weights = weights.flatten().contiguous()
     tiles = dict(
@@ -215,7 +216,7 @@ def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int 
 
     kinds = {}
     for tokens in token_counts:
-        block_m = tile_rows(tokens, forced_tile)
+        block_m = tile_rows(tokens, forced_tile, kind)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
         (tokens, gated, kind, e4m3_to_bf16.ENABLED, config, forced_tile)

@@ -6,8 +6,9 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
 (experiments/results/2026-12-04-cpu-fp8-weight-conversion.md). Here both operands are e4m3:
 - the layer's input is quantized a scale per token (`quantize_tokens`, one kernel, as the dense fp8 matmuls'
   activations are);
-- the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and tile of
-  `FP8_INTERMEDIATE_GROUP` intermediate columns, which is all of the intermediate a program holds;
+- the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and group of
+  `FP8_INTERMEDIATE_GROUP` intermediate columns; a program holds one group or several (its `block_n`, a
+  multiple of the group: wider tiles read each tile of input for more weight rows);
 - the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32, on
   the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
 - the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
@@ -98,11 +99,11 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @triton.jit
 def _grouped_fp8_matmul_kernel(
     a_ptr,  # e4m3. GATED: the tokens' rows [T, K]; else the intermediate's, a row a slot [slots, K]
-    a_scale_ptr,  # fp32. GATED: a token's scale [T]; else a slot's a group of BLOCK_K columns [groups, slots]
+    a_scale_ptr,  # fp32. GATED: a token's scale [T]; else a slot's a group of GROUP columns [groups, slots]
     w_ptr,  # [E, N (x2 when GATED), K] e4m3
     w_scale_ptr,  # [E, N (x2 when GATED)] fp32
     out_ptr,  # GATED: silu(gate) * up, a row a slot [slots, N] e4m3; else a row a pair [pairs, N] fp32
-    out_scale_ptr,  # GATED: a slot's scale per group of BLOCK_N columns [groups, slots] fp32
+    out_scale_ptr,  # GATED: a slot's scale per group of GROUP columns [groups, slots] fp32
     sorted_pairs_ptr,
     tile_expert_ptr,
     pair_weights_ptr,
@@ -122,6 +123,7 @@ def _grouped_fp8_matmul_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    GROUP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)  # the tiles' experts and the input rows are the kernels' before
@@ -157,22 +159,26 @@ def _grouped_fp8_matmul_kernel(
             acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
             acc_up = tl.dot(w_up, a, acc_up, max_num_imprecise_acc=BLOCK_K)
         else:  # each group's products scaled as they are added
-            group_scale = tl.load(a_scale_ptr + (k0 // BLOCK_K) * stride_as + slots)
+            group_scale = tl.load(a_scale_ptr + (k0 // GROUP) * stride_as + slots)
             acc += tl.dot(w, a) * group_scale[None, :]
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     # a weight row's scale, and a token's, come out of the dot products (nvllm.ops.fp8)
     scales = w_scale_ptr + expert.to(tl.int64) * stride_se + columns
     acc = acc * tl.load(scales, inside, 0.0)[:, None]
-    if GATED:  # silu(gate) * up, quantized a scale per slot over the tile's columns (one group)
+    if GATED:  # silu(gate) * up, quantized a scale per slot and group of the tile's columns
         token_scale = tl.load(a_scale_ptr + rows)[None, :]
         acc_up = acc_up * tl.load(scales + N, inside, 0.0)[:, None] * token_scale
         acc = acc * token_scale
-        activated = acc * tl.sigmoid(acc) * acc_up
-        amax = tl.max(tl.abs(activated), axis=0)
+        activated = tl.reshape(acc * tl.sigmoid(acc) * acc_up, (BLOCK_N // GROUP, GROUP, BLOCK_M))
+        amax = tl.max(tl.abs(activated), axis=1)
         scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
+        quantized = tl.reshape(quantized_e4m3(activated, scale[:, None, :]), (BLOCK_N, BLOCK_M))
         out = out_ptr + slots[None, :] * stride_om + columns[:, None]
-        tl.store(out, quantized_e4m3(activated, scale[None, :]), valid[None, :] & inside[:, None])
-        tl.store(out_scale_ptr + tl.program_id(1) * stride_os + slots, scale, valid)
+        tl.store(out, quantized, valid[None, :] & inside[:, None])
+        groups = tl.program_id(1) * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
+        # a group wholly past the intermediate's end has no columns, and no scale to store
+        out_scale = out_scale_ptr + groups[:, None] * stride_os + slots[None, :]
+        tl.store(out_scale, scale, valid[None, :] & (groups * GROUP < N)[:, None])
     else:  # the pair's routing weight
         acc = acc * tl.load(pair_weights_ptr + pairs, valid, 0.0).to(tl.float32)[None, :]
         out = out_ptr + pairs[None, :] * stride_om + columns[:, None]
@@ -196,17 +202,20 @@ def grouped_fp8_matmul(
     """One grouped matmul over the tiles of `align_by_expert(..., block_m)`, both operands e4m3, `w`
     `[E, N or 2N, K]` with a scale per row. With `out_scale`, gate/up: `a` is the tokens' rows `[T, K]` with
     a scale each (`a_scale` `[T]`), `w` packs [gate; up], and `out` `[slots, N]` gets silu(gate) * up in
-    e4m3 a row per slot of `sorted_pairs`, with a scale per group of `config.block_n` columns and slot
-    (`out_scale` `[groups, slots]`). Without, down: `a` and `a_scale` are gate/up's `out` and `out_scale`
-    (groups of `config.block_k` columns), and `out` `[pairs, N]` gets each pair's row times its routing
-    weight, in fp32."""
+    e4m3 a row per slot of `sorted_pairs`, with a scale per group of `FP8_INTERMEDIATE_GROUP` columns and
+    slot (`out_scale` `[groups, slots]`; `config.block_n` a multiple of the group). Without, down: `a` and
+    `a_scale` are gate/up's `out` and `out_scale`, and `out` `[pairs, N]` gets each pair's row times its
+    routing weight, in fp32 (`config.block_k` is the group: a step of the loop scales one group)."""
     n = out.shape[1]
     gated = out_scale is not None
     assert a.dtype == w.dtype == FP8 and w_scale.shape == w.shape[:2]
+    group = FP8_INTERMEDIATE_GROUP
     if gated:
-        assert out.dtype == FP8 and out_scale.shape == (triton.cdiv(n, config.block_n), sorted_pairs.numel())
+        assert out.dtype == FP8 and out_scale.shape == (triton.cdiv(n, group), sorted_pairs.numel())
+        assert config.block_n % group == 0, f"gate/up's block_n {config.block_n}: no multiple of {group}"
     else:
-        assert a_scale.shape == (triton.cdiv(a.shape[1], config.block_k), sorted_pairs.numel())
+        assert a_scale.shape == (triton.cdiv(a.shape[1], group), sorted_pairs.numel())
+        assert config.block_k == group, f"down's block_k {config.block_k}: not the group, {group}"
     grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
     _grouped_fp8_matmul_kernel[grid](
         a,
@@ -234,6 +243,7 @@ def grouped_fp8_matmul(
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        GROUP=group,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **pdl_launch(a.device),
@@ -262,7 +272,6 @@ def fp8_activation_pair_outputs(
     x_q, x_scale = quantize_tokens(x.contiguous())
     gate_up_config = fp8_activation_config(num_pairs, num_experts, gated=True)
     down_config = fp8_activation_config(num_pairs, num_experts, gated=False)
-    assert gate_up_config.block_n == down_config.block_k == FP8_INTERMEDIATE_GROUP
     slots = sorted_pairs.numel()
     activated = torch.empty((slots, intermediate), dtype=FP8, device=x.device)
     groups = triton.cdiv(intermediate, FP8_INTERMEDIATE_GROUP)

@@ -188,7 +188,7 @@ def routed_experts(
             return skinny_experts(x, gate_up, down, top_k, **routing, **scales)
         routed = route_tokens(router_logits, padding, top_k, renormalize)
         return skinny_experts(x, gate_up, down, top_k, routing=routed, **scales)
-    block_m = row_tile(num_tokens * top_k, num_experts)
+    block_m = row_tile(num_tokens * top_k, num_experts, quantize_activations)
     if fits_fused_routing(num_tokens, num_experts):
         weights, _, sorted_pairs, tile_expert = route_and_align(
             router_logits, padding, top_k, renormalize, block_m

@@ -10,11 +10,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# The row tile of the matmuls on fp8 activations beyond 64 pairs an expert (prefill). Nothing in their loop
+# is converted, so a wider tile of pairs costs only its accumulator: 128 rows would read each expert's weight
+# from L2 half as many times as 64. 64 until `moe_tile_sweep --fp8 --fp8-activations --row-tile 128` has
+# timed prefill's batches at 128 on a GPU.
+FP8_ACTIVATION_PREFILL_ROW_TILE = 64
 
-def row_tile(num_pairs: int, num_experts: int) -> int:
-    """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts."""
+
+def row_tile(num_pairs: int, num_experts: int, quantized_activations: bool = False) -> int:
+    """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts, on fp8
+    activations (`nvllm.ops.moe_fp8_triton`) where `quantized_activations`."""
     per_expert = num_pairs / num_experts
-    return 16 if per_expert <= 16 else 32 if per_expert <= 64 else 64
+    if per_expert <= 64:
+        return 16 if per_expert <= 16 else 32
+    return FP8_ACTIVATION_PREFILL_ROW_TILE if quantized_activations else 64
 
 
 @dataclass(frozen=True)
@@ -71,9 +80,10 @@ def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = Fal
 FP8_INTERMEDIATE_GROUP = 64
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
-# block_n is `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes one group of the intermediate), the down
-# kernel's block_k the same (it scales one group a step). Not yet swept on a GPU: the widest reduction slice
-# that keeps three or four tiles in flight, 8 warps where a program's two accumulators would not fit 4.
+# block_n is a multiple of `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes each group of the intermediate
+# it holds), the down kernel's block_k the group (it scales one group a step). Not yet swept on a GPU: the
+# widest reduction slice that keeps three or four tiles in flight, 8 warps where a program's two
+# accumulators would not fit 4.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),

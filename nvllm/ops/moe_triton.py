@@ -312,7 +312,7 @@ def grouped_experts(
     num_experts = gate_up.shape[0]
     if num_tokens * top_k == 0:
         return torch.zeros_like(x)
-    block_m = row_tile(num_tokens * top_k, num_experts)
+    block_m = row_tile(num_tokens * top_k, num_experts, quantize_activations)
     sorted_pairs, tile_expert = align_by_expert(topk_ids, num_experts, block_m)
     return aligned_experts(
         x,

@@ -64,8 +64,9 @@ for dtype in (torch.float32, torch.bfloat16):
 def test_the_grouped_fp8_matmuls_at_each_launch_shape_equal_the_torch_reference():
     """Hidden and intermediate sizes off every block (both matmuls' column and reduction masks, a last
     group narrower than the others); input columns and expert rows of magnitudes far apart, so that a scale
-    applied to the wrong token, group, row or expert shows; every launch shape of the table at each row
-    tile, and the whole layer through `nvllm::fused_experts`' and `nvllm::routed_experts`' CUDA paths."""
+    applied to the wrong token, group, row or expert shows; every launch shape of the table, and gate/up
+    tiles of several quantization groups, at each row tile; and the whole layer through
+    `nvllm::fused_experts`' and `nvllm::routed_experts`' CUDA paths."""
     run_in_interpreter(
         """
 import torch
@@ -74,7 +75,7 @@ from nvllm.ops import moe_fp8_triton
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import FP8_ACTIVATION_TILE_CONFIGS
 from nvllm.ops.moe_ops import experts_reference
-from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
+from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig
 from nvllm.ops.moe_route_triton import routed_experts
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
@@ -104,12 +105,15 @@ def close(ours, label):
 x_q, x_scale = moe_fp8_triton.quantize_tokens(x)
 gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale)
 launches = {(gate_up, down) for _, gate_up, down in FP8_ACTIVATION_TILE_CONFIGS}
-for block_m in (16, 32, 64):
+# gate/up tiles of two and four groups: the intermediate's 144 columns end inside a 128-column tile's second
+# group, and a 256-column tile's last two groups are past the end
+wide = [GroupedMatmulConfig(groups * FP8_INTERMEDIATE_GROUP, 128, 8, 3) for groups in (2, 4)]
+launches |= {(gate_up, down) for gate_up in wide for _, down in launches}
+for block_m in (16, 32, 64, 128):
     sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
     tiles = (sorted_pairs, tile_expert, weights.flatten().contiguous(), block_m)
     slots = sorted_pairs.numel()
-    for gate_up_config, down_config in launches:
-        assert gate_up_config.block_n == down_config.block_k == FP8_INTERMEDIATE_GROUP
+    for gate_up_config, down_config in sorted(launches, key=str):
         activated = torch.empty(slots, intermediate, dtype=torch.float8_e4m3fn)
         activated_scale = torch.empty(-(-intermediate // FP8_INTERMEDIATE_GROUP), slots)
         grouped_fp8_matmul(*gate_up_operands, activated, activated_scale, *tiles, top_k, gate_up_config)

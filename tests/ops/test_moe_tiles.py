@@ -93,7 +93,7 @@ def test_every_tables_launch_shape_is_one_its_sweep_times():
     for kind, (_, table) in TABLES.items():
         for most, gate_up, down in table:
             pairs = int(128 * min(most, 128))  # the band's last pair count over 128 experts (or one past)
-            block_m = row_tile(pairs, 128)
+            block_m = row_tile(pairs, 128, kind == "fp8 activations")
             for gated, config in ((True, gate_up), (False, down)):
                 assert config in grid(kind, gated), (kind, most, config)
                 assert in_grid(config, block_m, gated, h200_shared_memory, kind), (kind, most, config)
