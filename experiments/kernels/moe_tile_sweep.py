@@ -23,9 +23,9 @@ H200.
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
 or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).
-`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `row_tile` goes
-to 64): two runs that differ in it say whether a band's row tile is the right one (the table printed is then
-for that tile, not to paste).
+`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
+`FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
+one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits |
 --fp8-activations]] [--row-tile 32]`"""

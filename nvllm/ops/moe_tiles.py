@@ -10,20 +10,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# The row tile of the matmuls on fp8 activations beyond 64 pairs an expert (prefill). Nothing in their loop
-# is converted, so a wider tile of pairs costs only its accumulator: 128 rows would read each expert's weight
-# from L2 half as many times as 64. 64 until `moe_tile_sweep --fp8 --fp8-activations --row-tile 128` has
-# timed prefill's batches at 128 on a GPU.
-FP8_ACTIVATION_PREFILL_ROW_TILE = 64
+# Rows per tile by band of the mean pairs per expert: at most 16 (decode batches), at most 64, more (prefill).
+ROW_TILES = (16, 32, 64)
+
+# The same for the matmuls on fp8 activations. Nothing in their loop is converted, so a wider tile of pairs
+# costs only its accumulator, and reads each expert's weight from L2 fewer times: at prefill's 16k tokens,
+# 128 rows read it half as often as 64. `ROW_TILES` until `moe_tile_sweep --fp8 --fp8-activations --row-tile
+# N` has timed wider ones on a GPU.
+FP8_ACTIVATION_ROW_TILES = (16, 32, 64)
 
 
 def row_tile(num_pairs: int, num_experts: int, quantized_activations: bool = False) -> int:
     """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts, on fp8
     activations (`nvllm.ops.moe_fp8_triton`) where `quantized_activations`."""
     per_expert = num_pairs / num_experts
-    if per_expert <= 64:
-        return 16 if per_expert <= 16 else 32
-    return FP8_ACTIVATION_PREFILL_ROW_TILE if quantized_activations else 64
+    band = 0 if per_expert <= 16 else 1 if per_expert <= 64 else 2
+    return (FP8_ACTIVATION_ROW_TILES if quantized_activations else ROW_TILES)[band]
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,20 @@ for block_m in (16, 32, 64, 128):
         close(sum_pairs(out, top_k, torch.float32), f"{block_m} {gate_up_config} {down_config}")
 close(grouped_experts(x, *fp8_experts, weights, ids, *scales, True), "fused_experts")
 close(routed_experts(x, *fp8_experts, logits, None, top_k, True, *scales, True), "routed_experts")
+# the ops sort the pairs into fp8 activations' own row tiles (20 pairs an expert here: the middle band)
+from nvllm.ops import moe_route_triton, moe_tiles, moe_triton
+moe_tiles.FP8_ACTIVATION_ROW_TILES = (16, 128, 64)
+tiles_used = []
+def recording(aligned):
+    def experts_in_tiles(*args):
+        tiles_used.append(args[6])  # block_m
+        return aligned(*args)
+    return experts_in_tiles
+moe_triton.aligned_experts = recording(moe_triton.aligned_experts)
+moe_route_triton.aligned_experts = recording(moe_route_triton.aligned_experts)
+close(grouped_experts(x, *fp8_experts, weights, ids, *scales, True), "fused_experts, 128-pair tiles")
+close(routed_experts(x, *fp8_experts, logits, None, top_k, True, *scales, True), "routed_experts, 128")
+assert tiles_used == [128, 128], tiles_used
 """
     )
 
