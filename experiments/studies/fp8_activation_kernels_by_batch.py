@@ -2,8 +2,8 @@
 from the torch reference of the same quantization computed on the CPU, by batch size and launch shape, on
 the GPU: the inputs of the GPU test (`tests/models/test_qwen3_moe_gpu.py`, Qwen3-30B-A3B's layer), at 64
 to 4,096 tokens with the table's launch shapes; at 2,048 and 4,096 with the last band's shapes replaced by
-the 16-pair band's (4 warps where the last band runs 8); at 256 and 4,096 with the row tile forced to 16, 32
-and 64. Each line gives the relative L2 error of the whole output and, per token, the median and the
+the 16-pair band's (4 warps where the last band runs 8); at 256 and 4,096 with the row tile forced to 16, 32,
+64 and 128. Each line gives the relative L2 error of the whole output and, per token, the median and the
 three worst rows (the test bounds the whole and the worst): a fault between warps leaves a few rows far
 off, rounding spreads evenly.
 
@@ -50,13 +50,13 @@ def main() -> None:
     for num_tokens in (2048, 4096):
         print(errors(num_tokens), flush=True)
     moe_tiles.FP8_ACTIVATION_TILE_CONFIGS = table
-    row_tile = moe_triton.row_tile
-    for rows in (16, 32, 64):
-        moe_triton.row_tile = lambda num_pairs, num_experts, rows=rows: rows
+    row_tiles = moe_tiles.FP8_ACTIVATION_ROW_TILES
+    for rows in (16, 32, 64, 128):
+        moe_tiles.FP8_ACTIVATION_ROW_TILES = (rows, rows, rows)
         print(f"row tile forced to {rows}")
         for num_tokens in (256, 4096):
             print(errors(num_tokens), flush=True)
-    moe_triton.row_tile = row_tile
+    moe_tiles.FP8_ACTIVATION_ROW_TILES = row_tiles
 
 
 if __name__ == "__main__":
