@@ -77,8 +77,8 @@ def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = Fal
 
 
 # fp8 experts multiplying quantized activations (`model.fp8_activations`): each expert's intermediate
-# activations are quantized in groups of this many columns, a scale each. It is the gate/up kernel's tile of
-# intermediate columns, whose epilogue quantizes it (`nvllm.ops.moe_fp8_triton`).
+# activations are quantized in groups of this many columns, a scale each, by the epilogue of the gate/up
+# kernel whose tile holds them (`nvllm.ops.moe_fp8_triton`).
 FP8_INTERMEDIATE_GROUP = 64
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
