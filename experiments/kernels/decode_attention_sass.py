@@ -12,14 +12,18 @@ where to look, and the GPU (`decode_attention_bench --fp8`) says what pays.
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
 from pathlib import Path
 
 import triton
 import triton.language as tl
 
-from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
+from experiments.kernels.hopper_sass import (
+    compile_for_hopper,
+    disassemble,
+    main_loop_instructions,
+    resource_usage,
+)
 from nvllm.ops import paged_decode_attention as decode_module
 
 KV_HEADS, HEAD_DIM, BLOCK = 8, 128, 256
@@ -79,13 +83,13 @@ def main(tiles: tuple[int, ...], group: int, top: int, keep: Path | None) -> Non
                     (directory / "kernel.sass").write_text(sass)
                     (directory / "kernel.ttgir").write_text(kernel.asm["ttgir"])
                 loop = main_loop_instructions(sass)
-                registers = re.search(r"REG:(\d+)", usage)
+                registers = resource_usage(usage).get("REG", "?")
                 tile_bytes = 2 * tile * HEAD_DIM * (1 if cache == "fp8" else 2)  # K and V, one KV head
                 total = sum(loop.values())
                 print(
                     f"{cache} cache, group {group}, tile {tile}: loop {total} instructions a warp for "
                     f"{tile_bytes // 1024} KiB ({total / tile:.2f} a token), "
-                    f"{registers.group(1) if registers else '?'} registers, "
+                    f"{registers} registers, "
                     f"{kernel.metadata.shared} B shared | "
                     + ", ".join(f"{op} {count}" for op, count in loop.most_common(top)),
                     flush=True,

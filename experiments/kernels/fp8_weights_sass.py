@@ -6,9 +6,9 @@ fp8 activations (`nvllm.ops.moe_fp8_triton`, `model.fp8_activations`), whose ope
 the fp8 tensor cores, as are those of the GEMM small dense batches run with that setting
 (`nvllm.ops.fp8_gemm`'s small-batch kernel). Per kernel, the
 main loop's instructions a warp, the weight bytes a program reads an iteration, the weight bytes an SM
-gets from one warp instruction (the rate the loop can issue at), and the conversion instructions by
-opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes several times the
-instructions, a kernel that was bound by memory can become bound by issue.
+gets from one warp instruction (the rate the loop can issue at), the registers a thread holds, and the
+conversion instructions by opcode. An fp8 weight is half the bytes of a bf16 one; where its loop takes
+several times the instructions, a kernel that was bound by memory can become bound by issue.
 
 `python -m experiments.kernels.fp8_weights_sass` (needs a Triton with its NVIDIA backend; no GPU)"""
 
@@ -18,7 +18,12 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
+from experiments.kernels.hopper_sass import (
+    compile_for_hopper,
+    disassemble,
+    main_loop_instructions,
+    resource_usage,
+)
 from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_skinny_triton, moe_tiles, moe_triton, skinny_matmul
 
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
@@ -252,7 +257,8 @@ WEIGHTS = [
 
 
 def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch: Path) -> None:
-    sass, _ = disassemble(kernel.asm["cubin"], scratch)
+    sass, usage = disassemble(kernel.asm["cubin"], scratch)
+    registers = str(resource_usage(usage)["REG"])
     loop = main_loop_instructions(sass)
     total = sum(loop.values())
     converting = {op: n for op, n in loop.items() if op.startswith(CONVERSIONS)}
@@ -260,7 +266,7 @@ def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch
     print(
         f"{name:38s} {label:8s}: loop {total:4d} instructions a warp x {warps} warps, "
         f"{weight_bytes // 1024:3d} KiB of weight, "
-        f"{weight_bytes / (total * warps):5.1f} B a warp instruction | "
+        f"{weight_bytes / (total * warps):5.1f} B a warp instruction, {registers:>3s} registers | "
         + ", ".join(f"{op} {n}" for op, n in sorted({**mma, **converting}.items())),
         flush=True,
     )

@@ -65,6 +65,12 @@ def disassemble(cubin: bytes, directory: Path) -> tuple[str, str]:
     return sass.stdout, usage.stdout
 
 
+def resource_usage(usage: str) -> dict[str, int]:
+    """`disassemble`'s resource usage as numbers by name: `REG` (registers a thread), `SHARED` (bytes of
+    static shared memory), `LOCAL` (bytes of local memory a thread: spills), ..."""
+    return {name: int(value) for name, value in re.findall(r"\b([A-Z]+(?:\[\d+\])?):(\d+)", usage)}
+
+
 def main_loop_instructions(sass: str) -> collections.Counter:
     """The instructions between the longest backward branch and its target (the main loop), by opcode."""
     lines = sass.splitlines()

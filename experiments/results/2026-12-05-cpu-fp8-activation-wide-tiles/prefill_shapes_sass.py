@@ -5,7 +5,12 @@ candidate prefill launch shapes, compiled for sm_90 on the CPU (Triton 3.6's ptx
 import tempfile
 from pathlib import Path
 
-from experiments.kernels.hopper_sass import compile_for_hopper, disassemble, main_loop_instructions
+from experiments.kernels.hopper_sass import (
+    compile_for_hopper,
+    disassemble,
+    main_loop_instructions,
+    resource_usage,
+)
 from nvllm.ops import moe_fp8_triton
 
 POINTERS = ("a_ptr", "a_scale_ptr", "w_ptr", "w_scale_ptr", "out_ptr", "out_scale_ptr")
@@ -28,7 +33,7 @@ def report(gated: bool, block_m: int, block_n: int, block_k: int, warps: int, st
     with tempfile.TemporaryDirectory() as directory:
         sass, usage = disassemble(kernel.asm["cubin"], Path(directory))
     loop = main_loop_instructions(sass)
-    registers = usage.split("REG:")[1].split()[0]
+    registers = resource_usage(usage)["REG"]
     spills = loop["STL"] + loop["LDL"] + loop["LDL.LU"]
     name = "gate/up" if gated else "down"
     print(
