@@ -73,9 +73,10 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool, activation: s
     config = moe_tiles.matmul_config(pairs, 128, gated, fp8=weight != "bf16")
     signature = {
         "a_ptr": f"*{activation}",
+        "a_scale_ptr": "*fp32",
         "w_ptr": f"*{weight}",
         "w_scale_ptr": "*fp32",
-        "out_ptr": f"*{activation}" if gated else "*fp32",
+        "out_ptr": "*bf16" if gated else "*fp32",
         "sorted_pairs_ptr": "*i32",
         "tile_expert_ptr": "*i32",
         "pair_weights_ptr": "*bf16",
@@ -94,6 +95,7 @@ def grouped(weight: str, gated: bool, pairs: int, move_bits: bool, activation: s
         GATED=gated,
         WEIGHTED=not gated,
         SCALED=weight != "bf16",
+        A_SCALED=activation == "fp16",  # fp16 rows with a scale each (`nvllm.ops.fp16_rows`)
         MOVE_BITS=move_bits,
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,

@@ -19,7 +19,9 @@ its disk cache); estimated, not measured: about a minute of compiling on 16 core
 H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
-`FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`).
+`FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`),
+`--fp16-gate-up` has gate/up read its input as fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`; the
+table's gate/up column is then for that loop).
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
 or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).
@@ -55,7 +57,8 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16, moe_fp8_triton
+from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_triton
+from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_ACTIVATION_TILE_CONFIGS,
@@ -187,6 +190,8 @@ def matmul_of_batch(
     if gated:
         operands = dict(a=x, w=gate_up, w_scale=gate_up_scale, out=activated, divisor=TOP_K, gated=True)
         operands.update(weighted=False)
+        if kind == "fp8" and moe_triton.GATE_UP_IN_FP16:  # as the engine's op reads them
+            operands["a"], operands["a_scale"] = fp16_rows(x)
     else:
         out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
@@ -195,11 +200,11 @@ def matmul_of_batch(
     return run, block_m, touched
 
 
-def compile_one(trial: tuple[int, bool, str, bool, GroupedMatmulConfig, int | None]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, move_bits, config,
-    forced_tile)`."""
-    tokens, gated, kind, move_bits, config, forced_tile = trial
-    e4m3_to_bf16.ENABLED = move_bits
+def compile_one(trial: tuple[int, bool, str, bool, bool, GroupedMatmulConfig, int | None]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, move_bits,
+    fp16_gate_up, config, forced_tile)`."""
+    tokens, gated, kind, move_bits, fp16_gate_up, config, forced_tile = trial
+    e4m3_to_bf16.ENABLED, moe_triton.GATE_UP_IN_FP16 = move_bits, fp16_gate_up
     run, _, _ = matmul_of_batch(tokens, gated, kind, forced_tile)
     try:
         run(config=config)
@@ -219,7 +224,7 @@ def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int 
         block_m = tile_rows(tokens, forced_tile, kind)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
     trials = [
-        (tokens, gated, kind, e4m3_to_bf16.ENABLED, config, forced_tile)
+        (tokens, gated, kind, e4m3_to_bf16.ENABLED, moe_triton.GATE_UP_IN_FP16, config, forced_tile)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in grid(kind, gated)

@@ -12,10 +12,11 @@ and are masked. Then:
   rounded once, by a kernel of its own (`sum_pairs`).
 Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
 converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value; by moving bits
-where `nvllm.ops.e4m3_to_bf16` is enabled), each output column times its row's scale after the reduction, as
-the skinny kernel does for dense fp8 weights; the activations stay in their dtype (or, quantized too, the
-matmuls of `nvllm.ops.moe_fp8_triton` run between the sort and the sum).
-All four kernels are launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
+where `nvllm.ops.e4m3_to_bf16` is enabled; gate/up's against fp16 rows where `GATE_UP_IN_FP16`), each
+output column times its row's scale after the reduction, as the skinny kernel does for dense fp8 weights;
+the activations are not quantized (quantized too, the matmuls of `nvllm.ops.moe_fp8_triton` run between the
+sort and the sum).
+Every kernel here is launched with programmatic dependent launch (`nvllm.ops.pdl`), as the kernels before and
 after the layer's experts are: every one of them reads what the kernel before it wrote, so each waits first.
 The row tile and the rest of each matmul's launch shape come from `nvllm.ops.moe_tiles` by the mean number
 of pairs per expert."""
@@ -27,9 +28,16 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
+from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
 from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, row_tile
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
+
+# fp8 experts' gate/up on bf16 activations reads them as fp16 (`nvllm.ops.fp16_rows`: exact, a power of two
+# per row), against which the GPU converts an e4m3 weight pair in one instruction. Down's input,
+# silu(gate) * up, stays bf16: a gate/up program holds only some of a row's columns, so none knows the
+# row's scale. Off until a GPU has timed it against moving bits (`moe_bench --fp8`, the bench).
+GATE_UP_IN_FP16 = False
 
 
 @triton.jit
@@ -148,6 +156,7 @@ def align_by_expert(
 @triton.jit
 def _grouped_matmul_kernel(
     a_ptr,  # [rows, K]: row of pair p is p // A_ROW_DIVISOR (the token for gate/up, the pair for down)
+    a_scale_ptr,  # [rows] where A_SCALED: a is fp16, each row's sums times its scale (`nvllm.ops.fp16_rows`)
     w_ptr,  # [E, N (x2 when GATED), K]
     w_scale_ptr,  # [E, N (x2 when GATED)] where SCALED: w is fp8, each output row of it times its scale
     out_ptr,  # [pairs, N]
@@ -167,6 +176,7 @@ def _grouped_matmul_kernel(
     GATED: tl.constexpr,
     WEIGHTED: tl.constexpr,
     SCALED: tl.constexpr,
+    A_SCALED: tl.constexpr,
     MOVE_BITS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -203,6 +213,11 @@ def _grouped_matmul_kernel(
         acc = acc * tl.load(scales, inside, 0.0)[None, :]
         if GATED:
             acc_up = acc_up * tl.load(scales + N, inside, 0.0)[None, :]
+    if A_SCALED:  # an fp16 row's power of two back, exactly
+        row_scale = tl.load(a_scale_ptr + rows, valid, 1.0)[:, None]
+        acc = acc * row_scale
+        if GATED:
+            acc_up = acc_up * row_scale
     if GATED:
         acc = acc * tl.sigmoid(acc) * acc_up
     if WEIGHTED:
@@ -224,16 +239,20 @@ def grouped_matmul(
     weighted: bool,
     config: GroupedMatmulConfig,
     w_scale: torch.Tensor | None = None,
+    a_scale: torch.Tensor | None = None,
 ) -> None:
     """One grouped matmul into `out` [pairs, N] over the tiles of `align_by_expert(..., block_m)`: pair
     p's row of `a` is p // `divisor`; `gated`: `w` packs [gate; up] and `out` gets silu(gate) * up;
     `weighted`: each row times its pair's routing weight. `w_scale` `[E, rows of w]`: `w` is fp8 and
-    stands for `w * w_scale[..., None]` (`nvllm.ops.fp8`)."""
+    stands for `w * w_scale[..., None]` (`nvllm.ops.fp8`). `a_scale` `[rows of a]`: `a` is fp16 and stands
+    for `a * a_scale[:, None]` (`nvllm.ops.fp16_rows`)."""
     num_pairs, n = out.shape
     assert w_scale is None or w_scale.shape == w.shape[:2]
+    assert a_scale is None or a_scale.shape == a.shape[:1]
     grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
     _grouped_matmul_kernel[grid](
         a,
+        a if a_scale is None else a_scale,
         w,
         w if w_scale is None else w_scale,
         out,
@@ -253,6 +272,7 @@ def grouped_matmul(
         GATED=gated,
         WEIGHTED=weighted,
         SCALED=w_scale is not None,
+        A_SCALED=a_scale is not None,
         MOVE_BITS=moves_bits(w, a),
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
@@ -364,7 +384,8 @@ def unquantized_activation_pair_outputs(
     down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each (token, choice) pair's output of the experts on `x` as it is (bf16 and fp8 experts alike), times
-    its routing weight, fp32 `[pairs, H]`."""
+    its routing weight, fp32 `[pairs, H]`. Where `GATE_UP_IN_FP16`, fp8 experts' gate/up reads bf16 `x` as
+    fp16 rows with a scale each, exactly (`nvllm.ops.fp16_rows`)."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
@@ -373,9 +394,12 @@ def unquantized_activation_pair_outputs(
     activated = x.new_empty((num_pairs, intermediate))
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
     fp8 = gate_up_scale is not None
+    gate_up_input, input_scale = x, None
+    if GATE_UP_IN_FP16 and fp8 and x.dtype == torch.bfloat16:
+        gate_up_input, input_scale = fp16_rows(x)
     gate_up_config = matmul_config(num_pairs, num_experts, gated=True, fp8=fp8)
     grouped_matmul(
-        x,
+        gate_up_input,
         gate_up,
         activated,
         *tiles,
@@ -384,6 +408,7 @@ def unquantized_activation_pair_outputs(
         weighted=False,
         config=gate_up_config,
         w_scale=gate_up_scale,
+        a_scale=input_scale,
     )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
     down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)
