@@ -6,10 +6,12 @@
 set -u
 DECODE_ROWS=${DECODE_ROWS:-16}
 PREFILL_ROWS=${PREFILL_ROWS:-128}
+FP16_GATE_UP=${FP16_GATE_UP:-False}  # True: the fp8-activation benches' smaller batches read fp16 rows (call 5)
 source .device/prep.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 B="+experiment=bench model=qwen3-30b-a3b model.quantization=fp8 cache.dtype=fp8 workload.repeats=3"
-SWEPT="import sys, nvllm.ops.moe_tiles as t, nvllm.ops.moe_ops as o
+SWEPT="import sys, nvllm.ops.moe_tiles as t, nvllm.ops.moe_ops as o, nvllm.ops.moe_triton as m
+m.GATE_UP_IN_FP16 = $FP16_GATE_UP
 def table(name):
     found = {}
     exec(open(f'.device/fp8a_tables/fp8a_table_{name}.py').read(), vars(t), found)
@@ -17,7 +19,7 @@ def table(name):
 small, middle, prefill = table('decode_$DECODE_ROWS'), table('decode_16'), table('prefill_$PREFILL_ROWS')
 t.FP8_ACTIVATION_TILE_CONFIGS = small[:3] + middle[3:4] + prefill[4:]
 t.FP8_ACTIVATION_ROW_TILES = ($DECODE_ROWS, 32, $PREFILL_ROWS)
-print('tables:', t.FP8_ACTIVATION_TILE_CONFIGS, t.FP8_ACTIVATION_ROW_TILES, flush=True)"
+print('tables:', t.FP8_ACTIVATION_TILE_CONFIGS, t.FP8_ACTIVATION_ROW_TILES, m.GATE_UP_IN_FP16, flush=True)"
 date -u
 timeout 170 python3 -m nvllm.run $B hydra.run.dir=$OUT/b30-bf16a > $OUT/b30-bf16a.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-bf16a.log | cut -c1-250
 date -u
