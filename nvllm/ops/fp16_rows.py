@@ -48,6 +48,7 @@ def fp16_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`(x16, scale)` of bf16 rows `x` `[rows, width]`: contiguous fp16 `[rows, width]` and fp32 powers of two
     `[rows]` (module docstring). One kernel."""
     rows, width = x.shape
+    assert x.stride(1) == 1, "fp16_rows reads each row's columns contiguous"
     x16 = torch.empty((rows, width), dtype=torch.float16, device=x.device)
     scale = torch.empty(rows, dtype=torch.float32, device=x.device)
     if rows:
