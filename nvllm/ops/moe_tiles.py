@@ -83,15 +83,16 @@ FP8_INTERMEDIATE_GROUP = 64
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
 # block_n is a multiple of `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes each group of the intermediate
-# it holds), the down kernel's block_k the group (it scales one group a step). Not yet swept on a GPU: the
-# widest reduction slice that keeps three or four tiles in flight, 8 warps where a program's two
-# accumulators would not fit 4.
+# it holds), the down kernel's block_k the group (it scales one group a step). The last band (prefill) is the
+# sweep's on an H100 (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md); the others are
+# not yet swept: the widest reduction slice that keeps three or four tiles in flight, 8 warps where a
+# program's two accumulators would not fit 4.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
     (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
-    (math.inf, GroupedMatmulConfig(64, 128, 8, 3), GroupedMatmulConfig(128, 64, 8, 3)),
+    (math.inf, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(256, 64, 8, 4)),
 )
 
 

@@ -36,8 +36,9 @@ from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, 
 # fp8 experts' gate/up on bf16 activations reads them as fp16 (`nvllm.ops.fp16_rows`: exact, a power of two
 # per row), against which the GPU converts an e4m3 weight pair in one instruction. Down's input,
 # silu(gate) * up, stays bf16: a gate/up program holds only some of a row's columns, so none knows the
-# row's scale. Off until a GPU has timed it against moving bits (`moe_bench --fp8`, the bench).
-GATE_UP_IN_FP16 = False
+# row's scale. Exact, and no slower than moving bits at any batch, faster at some
+# (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md).
+GATE_UP_IN_FP16 = True
 
 
 @triton.jit

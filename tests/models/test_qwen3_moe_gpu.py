@@ -111,6 +111,7 @@ def test_gate_up_on_fp16_rows_gives_what_it_gives_on_bf16_rows(num_tokens, monke
     assert x[0].float().abs().max() > 65504
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
     layer = (x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+    monkeypatch.setattr(moe_triton, "GATE_UP_IN_FP16", False)
     on_bf16 = moe_triton.grouped_experts(*layer).float()
     monkeypatch.setattr(moe_triton, "GATE_UP_IN_FP16", True)
     on_fp16 = moe_triton.grouped_experts(*layer).float()
