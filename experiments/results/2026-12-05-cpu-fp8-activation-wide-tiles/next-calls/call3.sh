@@ -6,7 +6,7 @@
 set -u
 DECODE_ROWS=${DECODE_ROWS:-16}
 PREFILL_ROWS=${PREFILL_ROWS:-128}
-FP16_GATE_UP=${FP16_GATE_UP:-False}  # True: the fp8-activation benches' smaller batches read fp16 rows (call 5)
+FP16_GATE_UP=${FP16_GATE_UP:-True}  # the default since 6f320b7; False: gate/up moves bits to bf16
 source .device/prep.sh > /dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader
 B="+experiment=bench model=qwen3-30b-a3b model.quantization=fp8 cache.dtype=fp8 workload.repeats=3"

@@ -1,6 +1,6 @@
 # fp8 experts' gate/up on fp16 rows (GATE_UP_IN_FP16) against moving bits (~8 min; carry as callNext.sh, with
-# callNext5.sh): the GPU test; the layer at every batch size both ways; the 30B bench on fp16 rows (bf16
-# activations), against call 3's first bench on the same warm machine (else run that bench again beside it)
+# callNext5.sh): the GPU test; the layer at every batch size both ways; the 30B bench moving bits (bf16
+# activations), against call 3's first bench (fp16 rows, the default since 6f320b7) on the same warm machine
 set -u
 source .device/prep.sh
 date -u
@@ -10,6 +10,6 @@ timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits > $OUT/mo
 timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits --fp16-gate-up > $OUT/moe-bench-fp16.log 2>&1; cut -c1-150 $OUT/moe-bench-fp16.log | tail -13
 date -u
 B="+experiment=bench model=qwen3-30b-a3b model.quantization=fp8 cache.dtype=fp8 workload.repeats=3"
-timeout 170 python3 -c "import sys, nvllm.ops.moe_triton as m; m.GATE_UP_IN_FP16 = True; from nvllm.cli import run; run(sys.argv[1:])" $B hydra.run.dir=$OUT/b30-fp16 > $OUT/b30-fp16.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-fp16.log | cut -c1-250
+timeout 170 python3 -c "import sys, nvllm.ops.moe_triton as m; m.GATE_UP_IN_FP16 = False; from nvllm.cli import run; run(sys.argv[1:])" $B hydra.run.dir=$OUT/b30-bits > $OUT/b30-bits.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-bits.log | cut -c1-250
 date -u
 find $OUT -name "*.json*" -size +15M -delete

@@ -1,5 +1,5 @@
 # H200, after callG1 on the same machine (its tables in .device/fp8a_tables/): the 30B bench, three repeats each:
-# bf16 activations (the default); gate/up on fp16 rows; fp8 activations for prefill on the faster swept prefill
+# bf16 activations moving bits; gate/up on fp16 rows (the default since 6f320b7); fp8 activations for prefill on the faster swept prefill
 # band (64 or 128 pairs) with decode's gate/up on fp16 rows
 set -u
 source .device/prep.sh > /dev/null 2>&1
@@ -17,7 +17,7 @@ PY
 )
 echo "prefill row tile: $ROWS"
 date -u
-timeout 175 python3 -m nvllm.run $B hydra.run.dir=$OUT/b30-bits > $OUT/b30-bits.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-bits.log | cut -c1-250
+timeout 175 python3 -c "import sys, nvllm.ops.moe_triton as m; m.GATE_UP_IN_FP16 = False; from nvllm.cli import run; run(sys.argv[1:])" $B hydra.run.dir=$OUT/b30-bits > $OUT/b30-bits.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-bits.log | cut -c1-250
 date -u
 timeout 175 python3 -c "import sys, nvllm.ops.moe_triton as m; m.GATE_UP_IN_FP16 = True; from nvllm.cli import run; run(sys.argv[1:])" $B hydra.run.dir=$OUT/b30-fp16 > $OUT/b30-fp16.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-fp16.log | cut -c1-250
 date -u
