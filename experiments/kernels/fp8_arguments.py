@@ -1,8 +1,8 @@
 """The kernel benchmarks' fp8 flags: `--fp8` (weights in fp8 with a scale per row) and `--move-bits` (the
 kernels convert them by moving bits, `nvllm.ops.e4m3_to_bf16`), set once for every kernel the run compiles;
 for the MoE benches also `--fp8-activations` (fp8 experts multiplying fp8 activations,
-`nvllm.ops.moe_fp8_triton`) and `--fp16-gate-up` (fp8 experts' gate/up reading its bf16 input as fp16 rows,
-`nvllm.ops.moe_triton.GATE_UP_IN_FP16`)."""
+`nvllm.ops.moe_fp8_triton`) and `--gate-up-bf16` (fp8 experts' gate/up reading its bf16 input as it is,
+not as fp16 rows: `nvllm.ops.moe_triton.GATE_UP_IN_FP16` off)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def add_fp8_arguments(parser: argparse.ArgumentParser, weights: str, activations
     if activations:
         help = "with --fp8: the experts multiply fp8 activations (model.fp8_activations)"
         parser.add_argument("--fp8-activations", action="store_true", help=help)
-        help = "with --fp8: gate/up reads bf16 activations as fp16 rows (moe_triton.GATE_UP_IN_FP16)"
-        parser.add_argument("--fp16-gate-up", action="store_true", help=help)
+        help = "with --fp8: gate/up reads bf16 activations as they are, not as fp16 rows"
+        parser.add_argument("--gate-up-bf16", action="store_true", help=help)
 
 
 def convert_as_asked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -34,9 +34,9 @@ def convert_as_asked(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         if args.move_bits:
             parser.error("--fp8-activations converts no weight: --move-bits does not apply")
     e4m3_to_bf16.ENABLED = args.move_bits
-    if getattr(args, "fp16_gate_up", False):
-        if not args.fp8 or args.fp8_activations:
-            parser.error("--fp16-gate-up converts fp8 experts for bf16 activations: it needs --fp8 alone")
+    if hasattr(args, "gate_up_bf16"):  # the MoE benches
+        if args.gate_up_bf16 and (not args.fp8 or args.fp8_activations):
+            parser.error("--gate-up-bf16 converts fp8 experts for bf16 activations: it needs --fp8 alone")
         from nvllm.ops import moe_triton  # Triton: the MoE benches have it
 
-        moe_triton.GATE_UP_IN_FP16 = True
+        moe_triton.GATE_UP_IN_FP16 = not args.gate_up_bf16

@@ -20,8 +20,8 @@ H200.
 
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`),
-`--fp16-gate-up` has gate/up read its input as fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`; the
-table's gate/up column is then for that loop).
+gate/up reads its input as fp16 rows as the engine's does (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`), or as
+it is with `--gate-up-bf16`.
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
 or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).

@@ -6,8 +6,8 @@ source .device/prep.sh
 date -u
 timeout 120 python3 -m pytest -m gpu -q tests/models/test_qwen3_moe_gpu.py -k fp16_rows > $OUT/gpu-fp16-tests.log 2>&1; tail -3 $OUT/gpu-fp16-tests.log
 date -u
-timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits > $OUT/moe-bench-bits.log 2>&1; cut -c1-150 $OUT/moe-bench-bits.log | tail -13
-timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits --fp16-gate-up > $OUT/moe-bench-fp16.log 2>&1; cut -c1-150 $OUT/moe-bench-fp16.log | tail -13
+timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits --gate-up-bf16 > $OUT/moe-bench-bits.log 2>&1; cut -c1-150 $OUT/moe-bench-bits.log | tail -13
+timeout 100 python3 -m experiments.kernels.moe_bench --fp8 --move-bits > $OUT/moe-bench-fp16.log 2>&1; cut -c1-150 $OUT/moe-bench-fp16.log | tail -13
 date -u
 B="+experiment=bench model=qwen3-30b-a3b model.quantization=fp8 cache.dtype=fp8 workload.repeats=3"
 timeout 170 python3 -c "import sys, nvllm.ops.moe_triton as m; m.GATE_UP_IN_FP16 = False; from nvllm.cli import run; run(sys.argv[1:])" $B hydra.run.dir=$OUT/b30-bits > $OUT/b30-bits.log 2>&1; grep -E "Repeat|Throughput|Startup" $OUT/b30-bits.log | cut -c1-250
