@@ -13,10 +13,10 @@ from dataclasses import dataclass
 # Rows per tile by band of the mean pairs per expert: at most 16 (decode batches), at most 64, more (prefill).
 ROW_TILES = (16, 32, 64)
 
-# The same for the matmuls on fp8 activations. Nothing in their loop is converted, so a wider tile of pairs
-# costs only its accumulator, and reads each expert's weight from L2 fewer times: at prefill's 16k tokens,
-# 128 rows read it half as often as 64. `ROW_TILES` until `moe_tile_sweep --fp8 --fp8-activations --row-tile
-# N` has timed wider ones on a GPU.
+# The same for the matmuls on fp8 activations, which convert nothing in their loop, so a wider tile of pairs
+# costs only its accumulator. Kept apart from `ROW_TILES` so that a sweep's choice can differ; so far
+# `ROW_TILES`: 128-pair prefill tiles were slower in the layer, their down matmul the slower half
+# (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md), and 32-pair decode tiles are untimed.
 FP8_ACTIVATION_ROW_TILES = (16, 32, 64)
 
 
