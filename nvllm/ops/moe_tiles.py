@@ -53,7 +53,8 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 
 # fp8 experts' launch shapes, by the same bands: a tile of fp8 weight is half the bytes, and converting it
 # adds to the loop's instructions. Swept with the conversion by moving bits (`moe_tile_sweep --fp8
-# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md).
+# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md), before gate/up read fp16 rows
+# (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`): its column is not yet swept for that loop.
 FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
     (2, GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
