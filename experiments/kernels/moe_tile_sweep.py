@@ -21,7 +21,7 @@ H200.
 `--fp8` sweeps the experts in fp8 with a scale per row (`model.quantization=fp8`) and prints
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`),
 gate/up reads its input as fp16 rows as the engine's does (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`), or as
-it is with `--gate-up-bf16`.
+it is with `--gate-up-bf16`; down reads fp16 rows with `--down-fp16` (`DOWN_IN_FP16`).
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
 or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).
@@ -196,15 +196,18 @@ def matmul_of_batch(
         out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
+        if kind == "fp8" and moe_triton.DOWN_IN_FP16:
+            operands["a"], operands["a_scale"] = fp16_rows(activated)
     run = functools.partial(grouped_matmul, **operands, **tiles)
     return run, block_m, touched
 
 
-def compile_one(trial: tuple[int, bool, str, bool, bool, GroupedMatmulConfig, int | None]) -> None:
+def compile_one(trial: tuple[int, bool, str, bool, bool, bool, GroupedMatmulConfig, int | None]) -> None:
     """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, move_bits,
-    fp16_gate_up, config, forced_tile)`."""
-    tokens, gated, kind, move_bits, fp16_gate_up, config, forced_tile = trial
-    e4m3_to_bf16.ENABLED, moe_triton.GATE_UP_IN_FP16 = move_bits, fp16_gate_up
+    fp16_gate_up, fp16_down, config, forced_tile)`."""
+    tokens, gated, kind, move_bits, fp16_gate_up, fp16_down, config, forced_tile = trial
+    e4m3_to_bf16.ENABLED = move_bits
+    moe_triton.GATE_UP_IN_FP16, moe_triton.DOWN_IN_FP16 = fp16_gate_up, fp16_down
     run, _, _ = matmul_of_batch(tokens, gated, kind, forced_tile)
     try:
         run(config=config)
@@ -223,8 +226,9 @@ def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int 
     for tokens in token_counts:
         block_m = tile_rows(tokens, forced_tile, kind)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
+    fp16_inputs = (moe_triton.GATE_UP_IN_FP16, moe_triton.DOWN_IN_FP16)
     trials = [
-        (tokens, gated, kind, e4m3_to_bf16.ENABLED, moe_triton.GATE_UP_IN_FP16, config, forced_tile)
+        (tokens, gated, kind, e4m3_to_bf16.ENABLED, *fp16_inputs, config, forced_tile)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in grid(kind, gated)

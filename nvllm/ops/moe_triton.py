@@ -40,6 +40,11 @@ from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, 
 # (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md).
 GATE_UP_IN_FP16 = True
 
+# The same for down's input, converted to fp16 rows by a kernel of its own after gate/up has written all of
+# it: the conversion's launch and its pass over the intermediate against down's cheaper conversion of its
+# weight.
+DOWN_IN_FP16 = False
+
 
 @triton.jit
 def _align_kernel(
@@ -386,7 +391,8 @@ def unquantized_activation_pair_outputs(
 ) -> torch.Tensor:
     """Each (token, choice) pair's output of the experts on `x` as it is (bf16 and fp8 experts alike), times
     its routing weight, fp32 `[pairs, H]`. Where `GATE_UP_IN_FP16`, fp8 experts' gate/up reads bf16 `x` as
-    fp16 rows with a scale each, exactly (`nvllm.ops.fp16_rows`)."""
+    fp16 rows with a scale each, exactly (`nvllm.ops.fp16_rows`); where `DOWN_IN_FP16`, down reads gate/up's
+    output so too."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
     num_pairs = num_tokens * top_k
@@ -412,9 +418,12 @@ def unquantized_activation_pair_outputs(
         a_scale=input_scale,
     )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
+    down_input, activated_scale = activated, None
+    if DOWN_IN_FP16 and fp8 and activated.dtype == torch.bfloat16:
+        down_input, activated_scale = fp16_rows(activated)
     down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)
     grouped_matmul(
-        activated,
+        down_input,
         down,
         weighted,
         *tiles,
@@ -423,5 +432,6 @@ def unquantized_activation_pair_outputs(
         weighted=True,
         config=down_config,
         w_scale=down_scale,
+        a_scale=activated_scale,
     )
     return weighted

@@ -98,11 +98,13 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
     assert relative_error(ours, reference) <= 0.5 * relative_error(on_bf16_activations, reference)
 
 
+@pytest.mark.parametrize("switch", ["GATE_UP_IN_FP16", "DOWN_IN_FP16"])
 @pytest.mark.parametrize("num_tokens", [3, 64, 256, 4096])
-def test_gate_up_on_fp16_rows_gives_what_it_gives_on_bf16_rows(num_tokens, monkeypatch):
-    """fp8 experts with `GATE_UP_IN_FP16` on and off, on bf16 tokens of which one is beyond fp16's range:
-    the products are exact either way, so the two differ only by the order of fp32 sums inside the MMAs,
-    which moves an element by at most one bf16 step after the rounding (2^-8 of it)."""
+def test_fp16_rows_give_what_bf16_rows_give(num_tokens, switch, monkeypatch):
+    """fp8 experts with `switch` (gate/up's or down's input as fp16 rows) on and off, on bf16 tokens of which
+    one is beyond fp16's range (and so is its intermediate row): the products are exact either way, so the
+    two differ only by the order of fp32 sums inside the MMAs, which moves an element by at most one bf16
+    step after the rounding (2^-8 of it)."""
     from nvllm.ops import moe_triton  # needs triton: CUDA machines only
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
@@ -111,9 +113,9 @@ def test_gate_up_on_fp16_rows_gives_what_it_gives_on_bf16_rows(num_tokens, monke
     assert x[0].float().abs().max() > 65504
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
     layer = (x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
-    monkeypatch.setattr(moe_triton, "GATE_UP_IN_FP16", False)
+    monkeypatch.setattr(moe_triton, switch, False)
     on_bf16 = moe_triton.grouped_experts(*layer).float()
-    monkeypatch.setattr(moe_triton, "GATE_UP_IN_FP16", True)
+    monkeypatch.setattr(moe_triton, switch, True)
     on_fp16 = moe_triton.grouped_experts(*layer).float()
     assert on_fp16.isfinite().all()
     assert relative_error(on_fp16, on_bf16) <= 2**-8

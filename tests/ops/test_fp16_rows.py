@@ -1,6 +1,6 @@
-"""bf16 rows as fp16 times a power of two each (`nvllm.ops.fp16_rows`), and fp8 experts' gate/up reading them
-(`nvllm.ops.moe_triton.GATE_UP_IN_FP16`): in Triton's interpreter, against the torch reference and against
-the experts on bf16 rows."""
+"""bf16 rows as fp16 times a power of two each (`nvllm.ops.fp16_rows`), and fp8 experts' matmuls reading them
+(`nvllm.ops.moe_triton.GATE_UP_IN_FP16`, `DOWN_IN_FP16`): in Triton's interpreter, against the torch
+reference and against the experts on bf16 rows."""
 
 from __future__ import annotations
 
@@ -42,11 +42,12 @@ assert scale[3] == 1 and (x16[3] == 0).all()
     )
 
 
-def test_fp8_experts_gate_up_on_fp16_rows_equals_it_on_the_rows_themselves():
+def test_fp8_experts_on_fp16_rows_equal_them_on_the_rows_themselves():
     """The gate/up grouped matmul of fp8 experts on `fp16_rows(x)` with their scales, against the same on
     `x` in fp32 (Triton's interpreter runs no bf16 dot: the GPU tests compare with bf16 rows), for tokens
-    beyond fp16's range and far below its normal numbers, at a decode batch's tile and at prefill's; and
-    the experts' op reads bf16 rows so only where `GATE_UP_IN_FP16` says."""
+    beyond fp16's range and far below its normal numbers, at a decode batch's tile and at prefill's; down
+    the same on gate/up's output; and the experts' op reads bf16 rows so only where `GATE_UP_IN_FP16` and
+    `DOWN_IN_FP16` say."""
     run_in_interpreter(
         """
 import torch
@@ -78,6 +79,15 @@ for tokens, block_m, config in (decode, prefill):
     x16, scale = fp16_rows(x)
     grouped_matmul(x16, gate_up_q, on_fp16, *tiles, **launch, a_scale=scale)
     torch.testing.assert_close(on_fp16, on_rows, atol=0, rtol=1e-6, msg=lambda m: f"{tokens} tokens: {m}")
+    # down on gate/up's output, as bf16 rows (the first pair's far beyond fp16's range) and as fp16 rows
+    activated = on_rows.to(torch.bfloat16)
+    activated[0] *= 1e5
+    launch = dict(divisor=1, gated=False, weighted=True, config=config, w_scale=down_scale)
+    down_on_rows, down_on_fp16 = torch.empty(tokens * top_k, hidden), torch.empty(tokens * top_k, hidden)
+    grouped_matmul(activated.float(), down_q, down_on_rows, *tiles, **launch)
+    activated16, activated_scale = fp16_rows(activated)
+    grouped_matmul(activated16, down_q, down_on_fp16, *tiles, **launch, a_scale=activated_scale)
+    torch.testing.assert_close(down_on_fp16, down_on_rows, atol=0, rtol=1e-6, msg=lambda m: f"down: {m}")
 
 # the op: gate/up's input, fp16 with a scale where the switch is on, bf16 without; down's, bf16 either way
 inputs = []
@@ -86,12 +96,13 @@ def recording(*args, **kwargs):
     return grouped_matmul(*args, **kwargs)
 moe_triton.grouped_matmul = recording
 layer = (x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
-for on in (False, True):
-    moe_triton.GATE_UP_IN_FP16 = on
+for gate_up_in_fp16, down_in_fp16 in ((False, False), (True, False), (False, True)):
+    moe_triton.GATE_UP_IN_FP16, moe_triton.DOWN_IN_FP16 = gate_up_in_fp16, down_in_fp16
     moe_triton.grouped_experts(*layer)
+moe_triton.DOWN_IN_FP16 = True
 moe_triton.grouped_experts(x.float(), *layer[1:])  # fp32 rows: left as they are
 bf16, fp16, fp32 = (torch.bfloat16, False), (torch.float16, True), (torch.float32, False)
-assert inputs == [bf16, bf16, fp16, bf16, fp32, fp32], inputs
+assert inputs == [bf16, bf16, fp16, bf16, bf16, fp16, fp32, fp32], inputs
 """
     )
 
