@@ -8,7 +8,9 @@ a single stream to a prefill chunk, each time one call inside a CUDA graph with 
 `--move-bits` has the grouped matmuls convert fp8 experts by moving bits (`nvllm.ops.e4m3_to_bf16`; the
 skinny experts multiply in fp32 and always take Triton's conversion);
 `--fp8-activations` has fp8 experts multiply fp8 activations (`nvllm.ops.moe_fp8_triton`, the input's
-quantization kernel included in the time).
+quantization kernel included in the time); `--gate-up-bf16` and `--down-fp16` set which of fp8 experts'
+matmuls read their bf16 input as fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`, `DOWN_IN_FP16`; the
+conversion's kernel included in the time).
 
 `--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
@@ -17,7 +19,8 @@ kernel followed by the grouped path (`nvllm::routed_experts`' two ways); and at 
 row (a single stream's graph) and at two tokens, each of its two kernels' launch shapes from a grid, the
 fastest printed to paste.
 
-`python -m experiments.kernels.moe_bench [--fp8 [--move-bits | --fp8-activations]] [--skinny]`"""
+`python -m experiments.kernels.moe_bench [--fp8 [--move-bits] [--gate-up-bf16] [--down-fp16] | --fp8
+--fp8-activations] [--skinny]`"""
 
 from __future__ import annotations
 
