@@ -243,13 +243,16 @@ KERNELS = {
     "grouped gate/up, 1 token (8 pairs)": partial(grouped, gated=True, pairs=8),
     "grouped down, 1 token (8 pairs)": partial(grouped, gated=False, pairs=8),
     "grouped gate/up, 256 tokens": partial(grouped, gated=True, pairs=2048),
+    "grouped down, 256 tokens": partial(grouped, gated=False, pairs=2048),
     "grouped gate/up, prefill 2048 tokens": partial(grouped, gated=True, pairs=16384),
+    "grouped down, prefill 2048 tokens": partial(grouped, gated=False, pairs=16384),
 }
 # the kernels that multiply on the CUDA cores in fp32, whose fp8 weights take Triton's conversion only
 CUDA_CORE_KERNELS = ("skinny experts gate/up, 1 token", "skinny experts down, 1 token")
 # (label, weight dtype, bits moved, activations' dtype): bf16 weights, fp8 by Triton's conversion, fp8 by
-# `nvllm.ops.e4m3_to_bf16`; and, as a what-if no kernel runs yet, fp8 weights against fp16 activations, for
-# which sm_90 converts e4m3 pairs to f16 in one instruction and needs no second step to bf16
+# `nvllm.ops.e4m3_to_bf16`; and fp8 weights against fp16 activations (the grouped matmuls' fp16 rows,
+# `nvllm.ops.moe_triton.GATE_UP_IN_FP16` and `DOWN_IN_FP16`), for which sm_90 converts e4m3 pairs to f16 in
+# one instruction and needs no second step to bf16
 WEIGHTS = [
     ("bf16", "bf16", False, "bf16"),
     ("fp8", "fp8e4nv", False, "bf16"),
