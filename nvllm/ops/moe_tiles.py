@@ -52,14 +52,15 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 
 
 # fp8 experts' launch shapes, by the same bands: a tile of fp8 weight is half the bytes, and converting it
-# adds to the loop's instructions. Swept with the conversion by moving bits (`moe_tile_sweep --fp8
-# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md), before gate/up read fp16 rows
-# (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`): its column is not yet swept for that loop.
+# adds to the loop's instructions. Swept on an H200 with the conversion by moving bits (`moe_tile_sweep --fp8
+# --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md); gate/up's from 16 to 512 tokens swept
+# again on an H100 for its loop on fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`; experiments/results/
+# 2026-12-06-h100-fp16-down-and-decode-shapes.md); its first and last bands not yet.
 FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
-    (2, GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
-    (16, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
-    (64, GroupedMatmulConfig(128, 128, 4, 2), GroupedMatmulConfig(128, 128, 4, 3)),
+    (2, GroupedMatmulConfig(64, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (16, GroupedMatmulConfig(64, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
+    (64, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 128, 4, 3)),
     (math.inf, GroupedMatmulConfig(128, 64, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
 )
 
