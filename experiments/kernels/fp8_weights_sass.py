@@ -141,10 +141,13 @@ def skinny_experts(weight: str, gated: bool, activation: str = "bf16"):
     return kernel, block_n * block_k * (2 if gated else 8), warps
 
 
-def grouped_fp8_activations(gated: bool, pairs: int, config: moe_tiles.GroupedMatmulConfig | None = None):
+def grouped_fp8_activations(
+    gated: bool, pairs: int, config: moe_tiles.GroupedMatmulConfig | None = None, row_scales: bool = False
+):
     """`grouped`'s matmul at `pairs` pairs over fp8 activations (`nvllm.ops.moe_fp8_triton`): the gate/up
-    matmul's input with a scale per token, the down matmul's with a scale per group; at `config` where
-    given, else the table's."""
+    matmul's input with a scale per token, the down matmul's with a scale per group, or per row where
+    `row_scales` (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`: gate/up then writes bf16); at `config` where given,
+    else the table's."""
     block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True)
     config = config or moe_tiles.fp8_activation_config(pairs, 128, gated)
     signature = {
@@ -152,7 +155,7 @@ def grouped_fp8_activations(gated: bool, pairs: int, config: moe_tiles.GroupedMa
         "a_scale_ptr": "*fp32",
         "w_ptr": "*fp8e4nv",
         "w_scale_ptr": "*fp32",
-        "out_ptr": "*fp8e4nv" if gated else "*fp32",
+        "out_ptr": ("*bf16" if row_scales else "*fp8e4nv") if gated else "*fp32",
         "out_scale_ptr": "*fp32",
         "sorted_pairs_ptr": "*i32",
         "tile_expert_ptr": "*i32",
@@ -176,6 +179,7 @@ def grouped_fp8_activations(gated: bool, pairs: int, config: moe_tiles.GroupedMa
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         GROUP=moe_tiles.FP8_INTERMEDIATE_GROUP,
+        ROW_SCALES=row_scales,
         PDL=True,
     )
     aligned = ("a_ptr", "w_ptr", "out_ptr", "N", "K", "stride_am", "stride_we", "stride_wn", "stride_om")
@@ -227,6 +231,12 @@ FP8_ACTIVATION_KERNELS = {
     "grouped down, prefill 2048 tokens": partial(grouped_fp8_activations, gated=False, pairs=16384),
     "grouped gate/up, prefill 2048 tokens, two groups a tile": partial(
         grouped_fp8_activations, gated=True, pairs=16384, config=moe_tiles.GroupedMatmulConfig(128, 128, 8, 3)
+    ),
+    "grouped gate/up, prefill 2048 tokens, a scale a row": partial(
+        grouped_fp8_activations, gated=True, pairs=16384, row_scales=True
+    ),
+    "grouped down, prefill 2048 tokens, a scale a row": partial(
+        grouped_fp8_activations, gated=False, pairs=16384, row_scales=True
     ),
 }
 

@@ -11,6 +11,11 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
   multiple of the group: wider tiles read each tile of input for more weight rows);
 - the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32, on
   the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
+- or, where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, the intermediate is quantized a scale per pair: gate/up
+  writes it in bf16, `quantize_tokens` quantizes each row once all its columns are written, and down
+  accumulates in its MMAs like gate/up, its rows' scales applied after the loop. A wait for the MMAs at every
+  group is what makes down the slower half of a prefill step's experts; a row's scale is coarser than a
+  group's;
 - the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
 
 Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA
@@ -28,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import FP8, FP8_MAX
 from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig, fp8_activation_config
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
@@ -53,6 +59,15 @@ def round_to_e4m3(x):
     # sign goes back on after (so that a negative value that rounds to zero is -0, as converted)
     magnitude = ((tl.abs(x) * inverse_step + 8388608.0) - 8388608.0) * step
     return (magnitude.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def round_to_bf16(x):
+    """fp32 `x` rounded to the nearest bf16 value, ties to even, in integer arithmetic on its bits: its
+    conversion to bf16 is then exact (the GPU's rounds so too; Triton's interpreter truncates)."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return rounded.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -99,11 +114,15 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @triton.jit
 def _grouped_fp8_matmul_kernel(
     a_ptr,  # e4m3. GATED: the tokens' rows [T, K]; else the intermediate's, a row a slot [slots, K]
-    a_scale_ptr,  # fp32. GATED: a token's scale [T]; else a slot's a group of GROUP columns [groups, slots]
+    # fp32. GATED: a token's scale [T]; else a slot's a group of GROUP columns [groups, slots], or a slot's
+    # one scale [slots] where ROW_SCALES
+    a_scale_ptr,
     w_ptr,  # [E, N (x2 when GATED), K] e4m3
     w_scale_ptr,  # [E, N (x2 when GATED)] fp32
-    out_ptr,  # GATED: silu(gate) * up, a row a slot [slots, N] e4m3; else a row a pair [pairs, N] fp32
-    out_scale_ptr,  # GATED: a slot's scale per group of GROUP columns [groups, slots] fp32
+    # GATED: silu(gate) * up, a row a slot [slots, N], e4m3 (bf16 where ROW_SCALES: quantized after); else a
+    # row a pair [pairs, N] fp32
+    out_ptr,
+    out_scale_ptr,  # GATED and not ROW_SCALES: a slot's scale per group of GROUP columns [groups, slots] fp32
     sorted_pairs_ptr,
     tile_expert_ptr,
     pair_weights_ptr,
@@ -124,6 +143,7 @@ def _grouped_fp8_matmul_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
+    ROW_SCALES: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)  # the tiles' experts and the input rows are the kernels' before
@@ -158,6 +178,8 @@ def _grouped_fp8_matmul_kernel(
             # fp32, which over the whole hidden size moves the result by about as much as quantizing does
             acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
             acc_up = tl.dot(w_up, a, acc_up, max_num_imprecise_acc=BLOCK_K)
+        elif ROW_SCALES:  # a slot's one scale, applied after the loop
+            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
         else:  # each group's products scaled as they are added
             group_scale = tl.load(a_scale_ptr + (k0 // GROUP) * stride_as + slots)
             acc += tl.dot(w, a) * group_scale[None, :]
@@ -165,21 +187,28 @@ def _grouped_fp8_matmul_kernel(
     # a weight row's scale, and a token's, come out of the dot products (nvllm.ops.fp8)
     scales = w_scale_ptr + expert.to(tl.int64) * stride_se + columns
     acc = acc * tl.load(scales, inside, 0.0)[:, None]
-    if GATED:  # silu(gate) * up, quantized a scale per slot and group of the tile's columns
+    if GATED:  # silu(gate) * up
         token_scale = tl.load(a_scale_ptr + rows)[None, :]
         acc_up = acc_up * tl.load(scales + N, inside, 0.0)[:, None] * token_scale
         acc = acc * token_scale
-        activated = tl.reshape(acc * tl.sigmoid(acc) * acc_up, (BLOCK_N // GROUP, GROUP, BLOCK_M))
-        amax = tl.max(tl.abs(activated), axis=1)
-        scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
-        quantized = tl.reshape(quantized_e4m3(activated, scale[:, None, :]), (BLOCK_N, BLOCK_M))
+        activated = acc * tl.sigmoid(acc) * acc_up
         out = out_ptr + slots[None, :] * stride_om + columns[:, None]
-        tl.store(out, quantized, valid[None, :] & inside[:, None])
-        groups = tl.program_id(1) * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
-        # a group wholly past the intermediate's end has no columns, and no scale to store
-        out_scale = out_scale_ptr + groups[:, None] * stride_os + slots[None, :]
-        tl.store(out_scale, scale, valid[None, :] & (groups * GROUP < N)[:, None])
-    else:  # the pair's routing weight
+        if ROW_SCALES:  # quantized by a kernel of its own, once the row's every column is written
+            tl.store(out, round_to_bf16(activated).to(tl.bfloat16), valid[None, :] & inside[:, None])
+        else:  # quantized a scale per slot and group of the tile's columns
+            activated = tl.reshape(activated, (BLOCK_N // GROUP, GROUP, BLOCK_M))
+            amax = tl.max(tl.abs(activated), axis=1)
+            scale = tl.where(amax > 0, tl.math.div_rn(amax, E4M3_MAX), 1.0)
+            quantized = tl.reshape(quantized_e4m3(activated, scale[:, None, :]), (BLOCK_N, BLOCK_M))
+            tl.store(out, quantized, valid[None, :] & inside[:, None])
+            groups = tl.program_id(1) * (BLOCK_N // GROUP) + tl.arange(0, BLOCK_N // GROUP)
+            # a group wholly past the intermediate's end has no columns, and no scale to store
+            out_scale = out_scale_ptr + groups[:, None] * stride_os + slots[None, :]
+            tl.store(out_scale, scale, valid[None, :] & (groups * GROUP < N)[:, None])
+    else:  # the slot's scale where ROW_SCALES (a padding slot's too: its column is not stored), the pair's
+        # routing weight
+        if ROW_SCALES:
+            acc = acc * tl.load(a_scale_ptr + slots)[None, :]
         acc = acc * tl.load(pair_weights_ptr + pairs, valid, 0.0).to(tl.float32)[None, :]
         out = out_ptr + pairs[None, :] * stride_om + columns[:, None]
         tl.store(out, acc, valid[None, :] & inside[:, None])
@@ -200,22 +229,34 @@ def grouped_fp8_matmul(
     config: GroupedMatmulConfig,
 ) -> None:
     """One grouped matmul over the tiles of `align_by_expert(..., block_m)`, both operands e4m3, `w`
-    `[E, N or 2N, K]` with a scale per row. With `out_scale`, gate/up: `a` is the tokens' rows `[T, K]` with
-    a scale each (`a_scale` `[T]`), `w` packs [gate; up], and `out` `[slots, N]` gets silu(gate) * up in
-    e4m3 a row per slot of `sorted_pairs`, with a scale per group of `FP8_INTERMEDIATE_GROUP` columns and
-    slot (`out_scale` `[groups, slots]`; `config.block_n` a multiple of the group). Without, down: `a` and
-    `a_scale` are gate/up's `out` and `out_scale`, and `out` `[pairs, N]` gets each pair's row times its
-    routing weight, in fp32 (`config.block_k` is the group: a step of the loop scales one group)."""
+    `[E, N or 2N, K]` with a scale per row.
+    Gate/up, where `w` packs [gate; up] (twice `out`'s columns): `a` is the tokens' rows `[T, K]` with a
+    scale each (`a_scale` `[T]`), and `out` `[slots, N]` gets silu(gate) * up a row per slot of
+    `sorted_pairs`: in e4m3 with a scale per group of `FP8_INTERMEDIATE_GROUP` columns and slot
+    (`out_scale` `[groups, slots]`; `config.block_n` a multiple of the group), or in bf16 where `out` is
+    (`out_scale` None: quantized a scale per slot after).
+    Down: `a` and `a_scale` are the quantized intermediate, a scale per group and slot (`config.block_k` is
+    the group: a step of the loop scales one group) or per slot (`[slots]`), and `out` `[pairs, N]` gets
+    each pair's row times its routing weight, in fp32 (`out_scale` None)."""
     n = out.shape[1]
-    gated = out_scale is not None
+    gated = w.shape[1] == 2 * n
     assert a.dtype == w.dtype == FP8 and w_scale.shape == w.shape[:2]
     group = FP8_INTERMEDIATE_GROUP
     if gated:
-        assert out.dtype == FP8 and out_scale.shape == (triton.cdiv(n, group), sorted_pairs.numel())
-        assert config.block_n % group == 0, f"gate/up's block_n {config.block_n}: no multiple of {group}"
+        row_scales = out_scale is None
+        if row_scales:
+            assert out.dtype == torch.bfloat16, f"gate/up's output without scales is bf16, not {out.dtype}"
+        else:
+            assert out.dtype == FP8 and out_scale.shape == (triton.cdiv(n, group), sorted_pairs.numel())
+            assert config.block_n % group == 0, f"gate/up's block_n {config.block_n}: no multiple of {group}"
     else:
-        assert a_scale.shape == (triton.cdiv(a.shape[1], group), sorted_pairs.numel())
-        assert config.block_k == group, f"down's block_k {config.block_k}: not the group, {group}"
+        assert out_scale is None and out.dtype == torch.float32
+        row_scales = a_scale.dim() == 1
+        if row_scales:
+            assert a_scale.shape == sorted_pairs.shape
+        else:
+            assert a_scale.shape == (triton.cdiv(a.shape[1], group), sorted_pairs.numel())
+            assert config.block_k == group, f"down's block_k {config.block_k}: not the group, {group}"
     grid = (tile_expert.numel(), triton.cdiv(n, config.block_n))
     _grouped_fp8_matmul_kernel[grid](
         a,
@@ -223,7 +264,7 @@ def grouped_fp8_matmul(
         w,
         w_scale,
         out,
-        out_scale if gated else a_scale,
+        a_scale if out_scale is None else out_scale,
         sorted_pairs,
         tile_expert,
         pair_weights,
@@ -237,13 +278,14 @@ def grouped_fp8_matmul(
         w.stride(1),
         w_scale.stride(0),
         out.stride(0),
-        out_scale.stride(0) if gated else 0,
+        0 if out_scale is None else out_scale.stride(0),
         TOP_K=top_k,
         GATED=gated,
         BLOCK_M=block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         GROUP=group,
+        ROW_SCALES=row_scales,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **pdl_launch(a.device),
@@ -273,12 +315,18 @@ def fp8_activation_pair_outputs(
     gate_up_config = fp8_activation_config(num_pairs, num_experts, gated=True)
     down_config = fp8_activation_config(num_pairs, num_experts, gated=False)
     slots = sorted_pairs.numel()
-    activated = torch.empty((slots, intermediate), dtype=FP8, device=x.device)
-    groups = triton.cdiv(intermediate, FP8_INTERMEDIATE_GROUP)
-    activated_scale = torch.empty((groups, slots), dtype=torch.float32, device=x.device)
-    grouped_fp8_matmul(
-        x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config
-    )
+    if moe_tiles.FP8_INTERMEDIATE_PER_ROW:
+        activated = torch.empty((slots, intermediate), dtype=torch.bfloat16, device=x.device)
+        gate_up_operands = (x_q, x_scale, gate_up, gate_up_scale, activated, None)
+        grouped_fp8_matmul(*gate_up_operands, *tiles, top_k, gate_up_config)
+        activated, activated_scale = quantize_tokens(activated)
+    else:
+        activated = torch.empty((slots, intermediate), dtype=FP8, device=x.device)
+        groups = triton.cdiv(intermediate, FP8_INTERMEDIATE_GROUP)
+        activated_scale = torch.empty((groups, slots), dtype=torch.float32, device=x.device)
+        grouped_fp8_matmul(
+            x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config
+        )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
     grouped_fp8_matmul(
         activated, activated_scale, down, down_scale, weighted, None, *tiles, top_k, down_config

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import dequantize_groups, fp8_linear_reference, quantize_groups, quantize_rows
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
@@ -49,13 +50,19 @@ def quantized_activations_expert(
 ) -> torch.Tensor:
     """fp8 expert `expert`'s gated MLP on the rows `x` as the fp8 tensor cores compute it: `x` quantized a
     scale per row (`quantize_rows`), the intermediate activations in groups of `FP8_INTERMEDIATE_GROUP`
-    columns; each product accumulated in fp32 and scaled, unrounded (fp32 `[rows, H]`)."""
+    columns, or rounded to bf16 and then quantized a scale per row where `FP8_INTERMEDIATE_PER_ROW`; each
+    product accumulated in fp32 and scaled, unrounded (fp32 `[rows, H]`)."""
     x_q, x_scale = quantize_rows(x)
     gate_up_out = (x_q.float() @ gate_up[expert].float().T) * x_scale[:, None] * gate_up_scale[expert]
     gate, up = gate_up_out.chunk(2, -1)
-    activated = dequantize_groups(
-        *quantize_groups(F.silu(gate) * up, FP8_INTERMEDIATE_GROUP), FP8_INTERMEDIATE_GROUP
-    )
+    activated = F.silu(gate) * up
+    if moe_tiles.FP8_INTERMEDIATE_PER_ROW:
+        activated_q, activated_scale = quantize_rows(activated.to(torch.bfloat16).float())
+        activated = activated_q.float() * activated_scale[:, None]
+    else:
+        activated = dequantize_groups(
+            *quantize_groups(activated, FP8_INTERMEDIATE_GROUP), FP8_INTERMEDIATE_GROUP
+        )
     return (activated @ down[expert].float().T) * down_scale[expert]
 
 

@@ -83,6 +83,10 @@ def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = Fal
 # kernel whose tile holds them (`nvllm.ops.moe_fp8_triton`).
 FP8_INTERMEDIATE_GROUP = 64
 
+# Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
+# down kernel then waits on its MMAs once, not at every group, and the tables' group rules do not apply.
+FP8_INTERMEDIATE_PER_ROW = False
+
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
 # block_n is a multiple of `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes each group of the intermediate
 # it holds), the down kernel's block_k the group (it scales one group a step). The last band (prefill) is the

@@ -68,8 +68,9 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 
 
+@pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
-def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
+def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens, per_row, monkeypatch):
     """fp8 experts on fp8 activations (`model.fp8_activations`) against the torch reference of the same
     quantization. They differ by the order of fp32 sums (and the fp8 MMA's accumulation), and by the
     elements of the intermediate whose e4m3 rounding that flips: far less than the activations'
@@ -82,8 +83,12 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens):
     grows with their number for the same arithmetic (relative noise of 1e-5 on the intermediate: the worst
     token 0.33 % from the reference at 64 tokens, 1.17 % at 4,096, the whole output 0.09 % and 0.12 %;
     experiments/results/2026-12-05-cpu-fp8-activation-error-by-rows.md), while a fault confined to a few
-    rows moves them far more than that."""
+    rows moves them far more than that. `per_row`: the intermediate quantized a scale per row
+    (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`), the reference so too."""
+    from nvllm.ops import moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+
+    monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)

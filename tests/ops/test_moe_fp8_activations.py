@@ -141,6 +141,65 @@ assert tiles_used == [128, 128], tiles_used
     )
 
 
+def test_the_intermediate_quantized_a_scale_per_row_equals_the_torch_reference():
+    """`FP8_INTERMEDIATE_PER_ROW`: gate/up writes silu(gate) * up in bf16, rounded to nearest (Triton's
+    interpreter would truncate it), each row is quantized on one scale, and down applies it after its
+    loop; at launch shapes of the table and others (down's block_k no longer the group), each row tile, and
+    through the op. The reference differs from the groups' (intermediate columns of magnitudes far apart,
+    so that a row's scale shows)."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops import moe_fp8_triton, moe_tiles
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
+from nvllm.ops.moe_ops import experts_reference
+from nvllm.ops.moe_routing import route
+from nvllm.ops.moe_tiles import GroupedMatmulConfig
+from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
+generator = torch.Generator().manual_seed(1)
+tokens, experts, top_k, hidden, intermediate = 40, 4, 2, 272, 144
+x = torch.randn(tokens, hidden, generator=generator)
+x[3] *= 100
+# gate rows (and so intermediate columns) of magnitudes 1,000 apart
+rows = torch.logspace(-2, 1, intermediate)[torch.randperm(intermediate, generator=generator)].repeat(2)
+gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) * rows[:, None] / hidden**0.5
+gate_up[1] *= 10
+down = torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5
+weights, ids = route(torch.randn(tokens, experts, generator=generator), top_k, renormalize=True)
+(gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
+layer = (x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+by_groups = experts_reference(*layer, quantize_activations=True)
+moe_tiles.FP8_INTERMEDIATE_PER_ROW = True
+expected = experts_reference(*layer, quantize_activations=True)
+assert (expected - by_groups).abs().max() > 1e-3 * expected.abs().max()  # the rows' scales show
+
+
+def close(ours, label):
+    atol = 1e-5 * expected.abs().max()
+    torch.testing.assert_close(ours, expected, atol=atol, rtol=1e-5, msg=lambda m: f"{label}: {m}")
+
+
+x_q, x_scale = moe_fp8_triton.quantize_tokens(x)
+launches = [(GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(256, 64, 8, 4))]
+launches.append((GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(128, 128, 4, 3)))
+for block_m in (16, 64, 128):
+    sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
+    tiles = (sorted_pairs, tile_expert, weights.flatten().contiguous(), block_m)
+    for gate_up_config, down_config in launches:
+        activated = torch.empty(sorted_pairs.numel(), intermediate, dtype=torch.bfloat16)
+        gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale, activated, None)
+        grouped_fp8_matmul(*gate_up_operands, *tiles, top_k, gate_up_config)
+        activated_q, activated_scale = moe_fp8_triton.quantize_tokens(activated)
+        out = torch.empty(tokens * top_k, hidden)
+        down_operands = (activated_q, activated_scale, down_q, down_scale)
+        grouped_fp8_matmul(*down_operands, out, None, *tiles, top_k, down_config)
+        close(sum_pairs(out, top_k, torch.float32), f"{block_m} {gate_up_config} {down_config}")
+close(grouped_experts(x, *layer[1:], True), "fused_experts")
+"""
+    )
+
+
 def test_the_fp8_activation_loops_multiply_on_the_fp8_tensor_cores_converting_nothing():
     """Compiled for sm_90 on the CPU at a single stream's, a decode batch's and a prefill's launch shapes:
     each main loop's MMAs are fp8 ones (QGMMA), and nothing in it converts or rebuilds an operand."""
