@@ -13,9 +13,9 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
   the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
 - or, where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, the intermediate is quantized a scale per pair: gate/up
   writes it in bf16, `quantize_tokens` quantizes each row once all its columns are written, and down
-  accumulates in its MMAs like gate/up, its rows' scales applied after the loop. A wait for the MMAs at every
-  group is what makes down the slower half of a prefill step's experts; a row's scale is coarser than a
-  group's;
+  accumulates in its MMAs like gate/up, its rows' scales applied after the loop. Down is the slower half of
+  a prefill step's experts, and waiting for its MMAs to scale every group is the likely reason (not
+  measured); a row's scale is coarser than a group's;
 - the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
 
 Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA

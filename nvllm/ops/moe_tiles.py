@@ -84,7 +84,8 @@ def matmul_config(num_pairs: int, num_experts: int, gated: bool, fp8: bool = Fal
 FP8_INTERMEDIATE_GROUP = 64
 
 # Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
-# down kernel then waits on its MMAs once, not at every group, and the tables' group rules do not apply.
+# down kernel then accumulates in its MMAs as gate/up does, rather than scaling each group's sums, and the
+# tables' group rules do not apply. Off until a GPU times it.
 FP8_INTERMEDIATE_PER_ROW = False
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's

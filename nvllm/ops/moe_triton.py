@@ -41,8 +41,8 @@ from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, 
 GATE_UP_IN_FP16 = True
 
 # The same for down's input, converted to fp16 rows by a kernel of its own after gate/up has written all of
-# it: the conversion's launch and its pass over the intermediate against down's cheaper conversion of its
-# weight.
+# it. Off: on an H100 that kernel cost what down's shorter loop saved, level at decode batches and 2-3 %
+# slower at prefill's (experiments/results/2026-12-06-h100-fp16-down-and-decode-shapes.md).
 DOWN_IN_FP16 = False
 
 
