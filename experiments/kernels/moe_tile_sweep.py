@@ -24,13 +24,15 @@ gate/up reads its input as fp16 rows as the engine's does (`nvllm.ops.moe_triton
 it is with `--gate-up-bf16`; down reads fp16 rows with `--down-fp16` (`DOWN_IN_FP16`).
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
 prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
-or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24).
+or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24);
+with `--intermediate-per-row` the intermediate has a scale a row (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) and
+down's block_k is swept too (`PER_ROW_DOWN_GRID`, 54).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
-`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits |
---fp8-activations]] [--row-tile 32]`"""
+`python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]
+[--gate-up-bf16] [--down-fp16] | --fp8 --fp8-activations [--intermediate-per-row]] [--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_triton
+from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
 from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
@@ -79,7 +81,8 @@ GRID = [
     for launch in itertools.product((16, 32, 64, 128), (64, 128, 256), (2, 4, 8), (2, 3, 4, 5))
 ]
 # fp8 activations: gate/up's block_n is a multiple of the intermediate's quantization group (its epilogue
-# quantizes each group), down's block_k the group
+# quantizes each group), down's block_k the group; with the intermediate a scale a row
+# (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) down's block_k is free too
 ACTIVATION_GRIDS = {
     True: [
         GroupedMatmulConfig(groups * FP8_INTERMEDIATE_GROUP, *launch)
@@ -90,6 +93,10 @@ ACTIVATION_GRIDS = {
         for block_n, warps, stages in itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
     ],
 }
+PER_ROW_DOWN_GRID = [
+    GroupedMatmulConfig(*launch)
+    for launch in itertools.product((64, 128, 256), (64, 128, 256), (4, 8), (2, 3, 4))
+]
 MATMULS = {"gate/up": True, "down": False}  # name: gated
 BF16_BYTES = 2
 # what a sweep multiplies (the experts' dtype, and fp8 activations or not): the table it prints
@@ -102,7 +109,9 @@ TABLES = {
 
 def grid(kind: str, gated: bool) -> list[GroupedMatmulConfig]:
     """The configurations swept for the gate/up (`gated`) or down matmul of `kind`."""
-    return ACTIVATION_GRIDS[gated] if kind == "fp8 activations" else GRID
+    if kind != "fp8 activations":
+        return GRID
+    return PER_ROW_DOWN_GRID if moe_tiles.FP8_INTERMEDIATE_PER_ROW and not gated else ACTIVATION_GRIDS[gated]
 
 
 def table_config(num_pairs: int, gated: bool, kind: str) -> GroupedMatmulConfig:
@@ -153,14 +162,20 @@ def fp8_activation_matmul(
     gated: bool, x: torch.Tensor, tiles: dict, fp8_experts: tuple[torch.Tensor, ...]
 ) -> Callable:
     """The gate/up (`gated`) or down matmul on fp8 activations of the tokens `x` sorted into `tiles`: the
-    gate/up input quantized as the engine's, the down input random e4m3 with random group scales."""
+    gate/up input quantized as the engine's, the down input random e4m3 with random scales, a group's or,
+    where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, a row's (gate/up then writes bf16)."""
     gate_up, down, gate_up_scale, down_scale = fp8_experts
     slots = tiles["sorted_pairs"].numel()
     groups = triton.cdiv(INTERMEDIATE, FP8_INTERMEDIATE_GROUP)
     activated = torch.randn(slots, INTERMEDIATE, device="cuda").to(gate_up.dtype)
     activated_scale = torch.rand(groups, slots, device="cuda") / 448
+    per_row = moe_tiles.FP8_INTERMEDIATE_PER_ROW
+    if per_row:
+        activated_scale = activated_scale[0].contiguous()
     if gated:
-        operands = (*moe_fp8_triton.quantize_tokens(x), gate_up, gate_up_scale, activated, activated_scale)
+        out = activated.to(torch.bfloat16) if per_row else activated
+        out_scale = None if per_row else activated_scale
+        operands = (*moe_fp8_triton.quantize_tokens(x), gate_up, gate_up_scale, out, out_scale)
     else:
         out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=torch.float32)
         operands = (activated, activated_scale, down, down_scale, out, None)
@@ -202,18 +217,36 @@ def matmul_of_batch(
     return run, block_m, touched
 
 
-def compile_one(trial: tuple[int, bool, str, bool, bool, bool, GroupedMatmulConfig, int | None]) -> None:
-    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, move_bits,
-    fp16_gate_up, fp16_down, config, forced_tile)`."""
-    tokens, gated, kind, move_bits, fp16_gate_up, fp16_down, config, forced_tile = trial
-    e4m3_to_bf16.ENABLED = move_bits
-    moe_triton.GATE_UP_IN_FP16, moe_triton.DOWN_IN_FP16 = fp16_gate_up, fp16_down
+def compile_one(trial: tuple[int, bool, str, tuple[bool, ...], GroupedMatmulConfig, int | None]) -> None:
+    """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, switches, config,
+    forced_tile)`, `switches` the parent's `kernel_switches()`."""
+    tokens, gated, kind, switches, config, forced_tile = trial
+    set_kernel_switches(switches)
     run, _, _ = matmul_of_batch(tokens, gated, kind, forced_tile)
     try:
         run(config=config)
     except triton.runtime.errors.OutOfResources:
         pass
     torch.cuda.synchronize()
+
+
+def kernel_switches() -> tuple[bool, ...]:
+    """The module switches the flags set, which choose the kernels a worker compiles."""
+    return (
+        e4m3_to_bf16.ENABLED,
+        moe_triton.GATE_UP_IN_FP16,
+        moe_triton.DOWN_IN_FP16,
+        moe_tiles.FP8_INTERMEDIATE_PER_ROW,
+    )
+
+
+def set_kernel_switches(switches: tuple[bool, ...]) -> None:
+    (
+        e4m3_to_bf16.ENABLED,
+        moe_triton.GATE_UP_IN_FP16,
+        moe_triton.DOWN_IN_FP16,
+        moe_tiles.FP8_INTERMEDIATE_PER_ROW,
+    ) = switches
 
 
 def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int | None = None) -> None:
@@ -226,9 +259,8 @@ def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int 
     for tokens in token_counts:
         block_m = tile_rows(tokens, forced_tile, kind)
         kinds.setdefault((block_m, tokens * TOP_K % 16 == 0), tokens)
-    fp16_inputs = (moe_triton.GATE_UP_IN_FP16, moe_triton.DOWN_IN_FP16)
     trials = [
-        (tokens, gated, kind, e4m3_to_bf16.ENABLED, *fp16_inputs, config, forced_tile)
+        (tokens, gated, kind, kernel_switches(), config, forced_tile)
         for (block_m, _), tokens in kinds.items()
         for gated in MATMULS.values()
         for config in grid(kind, gated)
@@ -354,8 +386,13 @@ if __name__ == "__main__":
         "--row-tile", type=int, choices=(16, 32, 64, 128), help="every token count at this row tile"
     )
     add_fp8_arguments(parser, "experts", activations=True)
+    help = "with --fp8-activations: the intermediate quantized a scale a row (FP8_INTERMEDIATE_PER_ROW)"
+    parser.add_argument("--intermediate-per-row", action="store_true", help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
+    if args.intermediate_per_row and not args.fp8_activations:
+        parser.error("--intermediate-per-row quantizes fp8 activations' intermediates: it needs them")
+    moe_tiles.FP8_INTERMEDIATE_PER_ROW = args.intermediate_per_row
     kind = "fp8 activations" if args.fp8_activations else "fp8" if args.fp8 else "bf16"
     if args.jobs:
         compile_all(args.tokens, args.jobs, kind, args.row_tile)

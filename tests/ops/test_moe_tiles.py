@@ -81,14 +81,18 @@ assert sum_pairs(pairs[:0], top_k, torch.bfloat16).shape == (0, width)
     )
 
 
-def test_every_tables_launch_shape_is_one_its_sweep_times():
+@pytest.mark.parametrize("per_row", [False, True])
+def test_every_tables_launch_shape_is_one_its_sweep_times(per_row, monkeypatch):
     """Each band's configurations in each table (bf16 experts, fp8 ones, fp8 ones on fp8 activations) are
     in the grid `moe_tile_sweep` times for that table, at the band's row tile, within an H200's shared
-    memory: the sweep can always set the table's time beside the fastest."""
+    memory: the sweep can always set the table's time beside the fastest. With the intermediate a scale a
+    row (`--intermediate-per-row`) down's grid also holds reduction slices other than the group."""
     pytest.importorskip("triton")
     from experiments.kernels.moe_tile_sweep import TABLES, grid, in_grid
+    from nvllm.ops import moe_tiles
     from nvllm.ops.moe_tiles import row_tile
 
+    monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
     h200_shared_memory = 232448
     for kind, (_, table) in TABLES.items():
         for most, gate_up, down in table:
@@ -97,3 +101,5 @@ def test_every_tables_launch_shape_is_one_its_sweep_times():
             for gated, config in ((True, gate_up), (False, down)):
                 assert config in grid(kind, gated), (kind, most, config)
                 assert in_grid(config, block_m, gated, h200_shared_memory, kind), (kind, most, config)
+    slices = {config.block_k for config in grid("fp8 activations", gated=False)}
+    assert slices == ({64, 128, 256} if per_row else {moe_tiles.FP8_INTERMEDIATE_GROUP}), slices
