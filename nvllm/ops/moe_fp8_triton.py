@@ -64,10 +64,11 @@ def round_to_e4m3(x):
 @triton.jit
 def round_to_bf16(x):
     """fp32 `x` rounded to the nearest bf16 value, ties to even, in integer arithmetic on its bits: its
-    conversion to bf16 is then exact (the GPU's rounds so too; Triton's interpreter truncates)."""
+    conversion to bf16 is then exact (the GPU's rounds so too; Triton's interpreter truncates). A NaN is
+    left as it is: the addition would carry some of them into the sign, or to zero."""
     bits = x.to(tl.int32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return rounded.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
 
 
 @triton.jit

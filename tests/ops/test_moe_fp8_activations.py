@@ -44,6 +44,42 @@ assert not wrong.any(), (padded[wrong][:8], ours.float()[wrong][:8], expected.fl
     )
 
 
+def test_rounding_to_bf16_in_integers_gives_torchs_conversion():
+    """Every tie between neighbouring bf16 values (and the floats beside them), random values of every
+    magnitude, signed zeros, fp32 subnormals, the largest finite floats (which round to infinity), the
+    infinities, and NaNs of either sign, whose bits the addition would carry into the sign or to zero. The
+    kernel stores the rounded fp32 value: the interpreter's own cast to bf16 mishandles subnormals."""
+    run_in_interpreter(
+        """
+import torch, triton, triton.language as tl
+from nvllm.ops.moe_fp8_triton import round_to_bf16
+
+@triton.jit
+def kernel(x_ptr, y_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(y_ptr + i, round_to_bf16(tl.load(x_ptr + i)))
+
+generator = torch.Generator().manual_seed(0)
+values = torch.randn(512, generator=generator) * torch.logspace(-30, 30, 512)
+values = values.to(torch.bfloat16).float().unique()
+ties = (values[1:].double() + values[:-1].double()).div(2).float()
+up, down = torch.tensor(float("inf")), torch.tensor(float("-inf"))
+largest = torch.finfo(torch.float32).max
+special = [0.0, -0.0, 1e-40, -1e-40, largest, -largest, float("inf"), float("-inf")]
+nans = torch.tensor([0x7FFFFFFF, -1, 0x7FC00000], dtype=torch.int32).view(torch.float32)
+x = torch.cat([values, ties, ties.nextafter(up), ties.nextafter(down), torch.tensor(special), nans])
+padded = torch.zeros(triton.next_power_of_2(x.numel()))
+padded[: x.numel()] = x
+ours = torch.empty(padded.numel())
+kernel[(1,)](padded, ours, padded.numel())
+expected = padded.to(torch.bfloat16).float()
+wrong = (ours.view(torch.int32) != expected.view(torch.int32)) & ~(ours.isnan() & expected.isnan())
+assert not wrong.any(), (padded[wrong][:8], ours[wrong][:8], expected[wrong][:8])
+assert ours[x.numel() - 3 : x.numel()].isnan().all()
+"""
+    )
+
+
 def test_the_quantization_kernel_gives_the_references_codes_and_scales():
     run_in_interpreter(
         """
