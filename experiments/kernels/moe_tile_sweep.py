@@ -241,6 +241,7 @@ def kernel_switches() -> tuple[bool, ...]:
 
 
 def set_kernel_switches(switches: tuple[bool, ...]) -> None:
+    """`kernel_switches()`' values set in this process (a compiling worker)."""
     (
         e4m3_to_bf16.ENABLED,
         moe_triton.GATE_UP_IN_FP16,
