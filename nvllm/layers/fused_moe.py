@@ -11,7 +11,8 @@ dense layers' weights (`nvllm.ops.fp8`): a row's scale is taken over the whole c
 rank's slice is cut, so TP=N holds exactly the slices of the TP=1 experts. With `fp8_activations`
 (`model.fp8_activations`) the experts multiply activations quantized to fp8 too
 (`nvllm.ops.moe_fp8_triton`); TP=N quantizes the intermediate as TP=1 does where each rank's slice of it is
-a whole number of its groups (`nvllm.ops.moe_tiles.FP8_INTERMEDIATE_GROUP`). The router stays in the model's
+a whole number of its groups (`nvllm.ops.moe_tiles.FP8_INTERMEDIATE_GROUP`; not with a scale a row,
+`FP8_INTERMEDIATE_PER_ROW`, off, where each rank scales its slice of a row). The router stays in the model's
 dtype: its weight is a sliver of a layer's (128 x 2048 against 128 experts of 3 x 768 x 2048 in
 Qwen3-30B-A3B), and its choices decide which experts run.
 

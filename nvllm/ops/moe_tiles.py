@@ -85,7 +85,8 @@ FP8_INTERMEDIATE_GROUP = 64
 
 # Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
 # down kernel then accumulates in its MMAs as gate/up does, rather than scaling each group's sums, and the
-# tables' group rules do not apply. Off until a GPU times it.
+# tables' group rules do not apply. Under tensor parallelism a rank holds a slice of each row and scales
+# that, so TP=N no longer quantizes as TP=1 does. Off until a GPU times it.
 FP8_INTERMEDIATE_PER_ROW = False
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
