@@ -23,16 +23,18 @@ H200.
 gate/up reads its input as fp16 rows as the engine's does (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`), or as
 it is with `--gate-up-bf16`; down reads fp16 rows with `--down-fp16` (`DOWN_IN_FP16`).
 `--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
-prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`ACTIVATION_GRIDS`: gate/up's block_n is one, two
-or four of the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24);
-with `--intermediate-per-row` the intermediate has a scale a row (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) and
+prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`grid`: gate/up's block_n is one, two or four of
+the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24);
+`--intermediate-group N` sets that group (`moe_tiles.FP8_INTERMEDIATE_GROUP`), and with
+`--intermediate-per-row` the intermediate has a scale a row (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) and
 down's block_k is swept too (`PER_ROW_DOWN_GRID`, 54).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]
-[--gate-up-bf16] [--down-fp16] | --fp8 --fp8-activations [--intermediate-per-row]] [--row-tile 32]`"""
+[--gate-up-bf16] [--down-fp16] | --fp8 --fp8-activations [--intermediate-group N | --intermediate-per-row]]
+[--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -64,7 +66,6 @@ from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_ACTIVATION_TILE_CONFIGS,
-    FP8_INTERMEDIATE_GROUP,
     FP8_TILE_CONFIGS,
     TILE_CONFIGS,
     GroupedMatmulConfig,
@@ -80,19 +81,6 @@ GRID = [
     GroupedMatmulConfig(*launch)
     for launch in itertools.product((16, 32, 64, 128), (64, 128, 256), (2, 4, 8), (2, 3, 4, 5))
 ]
-# fp8 activations: gate/up's block_n is a multiple of the intermediate's quantization group (its epilogue
-# quantizes each group), down's block_k the group; with the intermediate a scale a row
-# (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) down's block_k is free too
-ACTIVATION_GRIDS = {
-    True: [
-        GroupedMatmulConfig(groups * FP8_INTERMEDIATE_GROUP, *launch)
-        for groups, *launch in itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4, 5))
-    ],
-    False: [
-        GroupedMatmulConfig(block_n, FP8_INTERMEDIATE_GROUP, warps, stages)
-        for block_n, warps, stages in itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
-    ],
-}
 PER_ROW_DOWN_GRID = [
     GroupedMatmulConfig(*launch)
     for launch in itertools.product((64, 128, 256), (64, 128, 256), (4, 8), (2, 3, 4))
@@ -108,10 +96,20 @@ TABLES = {
 
 
 def grid(kind: str, gated: bool) -> list[GroupedMatmulConfig]:
-    """The configurations swept for the gate/up (`gated`) or down matmul of `kind`."""
+    """The configurations swept for the gate/up (`gated`) or down matmul of `kind`. On fp8 activations
+    gate/up's block_n is one, two or four of the intermediate's quantization groups (its epilogue quantizes
+    each group), and down's block_k is the group; with the intermediate a scale a row
+    (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) down's block_k is free (`PER_ROW_DOWN_GRID`)."""
     if kind != "fp8 activations":
         return GRID
-    return PER_ROW_DOWN_GRID if moe_tiles.FP8_INTERMEDIATE_PER_ROW and not gated else ACTIVATION_GRIDS[gated]
+    group = moe_tiles.FP8_INTERMEDIATE_GROUP
+    if gated:
+        launches = itertools.product((1, 2, 4), (64, 128, 256), (4, 8), (2, 3, 4, 5))
+        return [GroupedMatmulConfig(groups * group, *launch) for groups, *launch in launches]
+    if moe_tiles.FP8_INTERMEDIATE_PER_ROW:
+        return PER_ROW_DOWN_GRID
+    launches = itertools.product((64, 128, 256), (4, 8), (2, 3, 4, 5))
+    return [GroupedMatmulConfig(block_n, group, warps, stages) for block_n, warps, stages in launches]
 
 
 def table_config(num_pairs: int, gated: bool, kind: str) -> GroupedMatmulConfig:
@@ -166,7 +164,7 @@ def fp8_activation_matmul(
     where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, a row's (gate/up then writes bf16)."""
     gate_up, down, gate_up_scale, down_scale = fp8_experts
     slots = tiles["sorted_pairs"].numel()
-    groups = triton.cdiv(INTERMEDIATE, FP8_INTERMEDIATE_GROUP)
+    groups = triton.cdiv(INTERMEDIATE, moe_tiles.FP8_INTERMEDIATE_GROUP)
     activated = torch.randn(slots, INTERMEDIATE, device="cuda").to(gate_up.dtype)
     activated_scale = torch.rand(groups, slots, device="cuda") / 448
     per_row = moe_tiles.FP8_INTERMEDIATE_PER_ROW
@@ -217,7 +215,9 @@ def matmul_of_batch(
     return run, block_m, touched
 
 
-def compile_one(trial: tuple[int, bool, str, tuple[bool, ...], GroupedMatmulConfig, int | None]) -> None:
+def compile_one(
+    trial: tuple[int, bool, str, tuple[bool | int, ...], GroupedMatmulConfig, int | None],
+) -> None:
     """Compiles the kernel that the timing pass will ask for at `(tokens, gated, kind, switches, config,
     forced_tile)`, `switches` the parent's `kernel_switches()`."""
     tokens, gated, kind, switches, config, forced_tile = trial
@@ -230,23 +230,25 @@ def compile_one(trial: tuple[int, bool, str, tuple[bool, ...], GroupedMatmulConf
     torch.cuda.synchronize()
 
 
-def kernel_switches() -> tuple[bool, ...]:
-    """The module switches the flags set, which choose the kernels a worker compiles."""
+def kernel_switches() -> tuple[bool | int, ...]:
+    """The module settings the flags set, which choose the kernels a worker compiles."""
     return (
         e4m3_to_bf16.ENABLED,
         moe_triton.GATE_UP_IN_FP16,
         moe_triton.DOWN_IN_FP16,
         moe_tiles.FP8_INTERMEDIATE_PER_ROW,
+        moe_tiles.FP8_INTERMEDIATE_GROUP,
     )
 
 
-def set_kernel_switches(switches: tuple[bool, ...]) -> None:
+def set_kernel_switches(switches: tuple[bool | int, ...]) -> None:
     """`kernel_switches()`' values set in this process (a compiling worker)."""
     (
         e4m3_to_bf16.ENABLED,
         moe_triton.GATE_UP_IN_FP16,
         moe_triton.DOWN_IN_FP16,
         moe_tiles.FP8_INTERMEDIATE_PER_ROW,
+        moe_tiles.FP8_INTERMEDIATE_GROUP,
     ) = switches
 
 
@@ -291,13 +293,13 @@ def processes_that_fit() -> int:
 def timed_configs(
     tokens: int, gated: bool, kind: str, forced_tile: int | None = None
 ) -> tuple[dict[GroupedMatmulConfig, float], int, int]:
-    """µs per call of each configuration of the grid that fits (and of the table's); the row tile and
-    the experts touched."""
+    """µs per call of each configuration of the grid that fits (and of the table's, where the grid's rules
+    allow it: not where the sweep sets another quantization group); the row tile and the experts touched."""
     run, block_m, touched = matmul_of_batch(tokens, gated, kind, forced_tile)
     configs = [c for c in grid(kind, gated) if in_grid(c, block_m, gated, shared_memory(), kind)]
     table = table_config(tokens * TOP_K, gated, kind)
     times = {}
-    for config in configs + ([] if table in configs else [table]):
+    for config in configs + ([] if table in configs or table not in grid(kind, gated) else [table]):
         try:
             times[config] = time_us(functools.partial(run, config=config))
         except triton.runtime.errors.OutOfResources:  # too large a tile for shared memory
@@ -389,11 +391,18 @@ if __name__ == "__main__":
     add_fp8_arguments(parser, "experts", activations=True)
     help = "with --fp8-activations: the intermediate quantized a scale a row (FP8_INTERMEDIATE_PER_ROW)"
     parser.add_argument("--intermediate-per-row", action="store_true", help=help)
+    help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
+    parser.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    if args.intermediate_per_row and not args.fp8_activations:
-        parser.error("--intermediate-per-row quantizes fp8 activations' intermediates: it needs them")
+    for flag, given in (
+        ("--intermediate-per-row", args.intermediate_per_row),
+        ("--intermediate-group", args.intermediate_group),
+    ):
+        if given and not args.fp8_activations:
+            parser.error(f"{flag} quantizes fp8 activations' intermediates: it needs --fp8-activations")
     moe_tiles.FP8_INTERMEDIATE_PER_ROW = args.intermediate_per_row
+    moe_tiles.FP8_INTERMEDIATE_GROUP = args.intermediate_group or moe_tiles.FP8_INTERMEDIATE_GROUP
     kind = "fp8 activations" if args.fp8_activations else "fp8" if args.fp8 else "bf16"
     if args.jobs:
         compile_all(args.tokens, args.jobs, kind, args.row_tile)

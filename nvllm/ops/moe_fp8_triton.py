@@ -7,8 +7,8 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
 - the layer's input is quantized a scale per token (`quantize_tokens`, one kernel, as the dense fp8 matmuls'
   activations are);
 - the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and group of
-  `FP8_INTERMEDIATE_GROUP` intermediate columns; a program holds one group or several (its `block_n`, a
-  multiple of the group: wider tiles read each tile of input for more weight rows);
+  `moe_tiles.FP8_INTERMEDIATE_GROUP` intermediate columns; a program holds one group or several (its
+  `block_n`, a multiple of the group: wider tiles read each tile of input for more weight rows);
 - the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32, on
   the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
 - or, where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, the intermediate is quantized a scale per pair: gate/up
@@ -35,7 +35,7 @@ import triton.language as tl
 
 from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import FP8, FP8_MAX
-from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig, fp8_activation_config
+from nvllm.ops.moe_tiles import GroupedMatmulConfig, fp8_activation_config
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 E4M3_MAX = tl.constexpr(FP8_MAX)
@@ -242,7 +242,7 @@ def grouped_fp8_matmul(
     n = out.shape[1]
     gated = w.shape[1] == 2 * n
     assert a.dtype == w.dtype == FP8 and w_scale.shape == w.shape[:2]
-    group = FP8_INTERMEDIATE_GROUP
+    group = moe_tiles.FP8_INTERMEDIATE_GROUP
     if gated:
         row_scales = out_scale is None
         if row_scales:
@@ -323,7 +323,7 @@ def fp8_activation_pair_outputs(
         activated, activated_scale = quantize_tokens(activated)
     else:
         activated = torch.empty((slots, intermediate), dtype=FP8, device=x.device)
-        groups = triton.cdiv(intermediate, FP8_INTERMEDIATE_GROUP)
+        groups = triton.cdiv(intermediate, moe_tiles.FP8_INTERMEDIATE_GROUP)
         activated_scale = torch.empty((groups, slots), dtype=torch.float32, device=x.device)
         grouped_fp8_matmul(
             x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config

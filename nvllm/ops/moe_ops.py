@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import dequantize_groups, fp8_linear_reference, quantize_groups, quantize_rows
 from nvllm.ops.moe_routing import route_step
-from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP
 from nvllm.ops.op_library import inference_op, register_fake
 
 # With `model.fp8_activations`, the experts quantize their activations in batches of at least this many
@@ -60,9 +59,8 @@ def quantized_activations_expert(
         activated_q, activated_scale = quantize_rows(activated.to(torch.bfloat16).float())
         activated = activated_q.float() * activated_scale[:, None]
     else:
-        activated = dequantize_groups(
-            *quantize_groups(activated, FP8_INTERMEDIATE_GROUP), FP8_INTERMEDIATE_GROUP
-        )
+        group = moe_tiles.FP8_INTERMEDIATE_GROUP
+        activated = dequantize_groups(*quantize_groups(activated, group), group)
     return (activated @ down[expert].float().T) * down_scale[expert]
 
 

@@ -103,3 +103,16 @@ def test_every_tables_launch_shape_is_one_its_sweep_times(per_row, monkeypatch):
                 assert in_grid(config, block_m, gated, h200_shared_memory, kind), (kind, most, config)
     slices = {config.block_k for config in grid("fp8 activations", gated=False)}
     assert slices == ({64, 128, 256} if per_row else {moe_tiles.FP8_INTERMEDIATE_GROUP}), slices
+
+
+def test_the_sweeps_fp8_activation_grid_follows_the_quantization_group(monkeypatch):
+    """`--intermediate-group`: gate/up's block_n one, two or four groups, down's block_k the group."""
+    pytest.importorskip("triton")
+    from experiments.kernels.moe_tile_sweep import grid
+    from nvllm.ops import moe_tiles
+
+    for group in (64, 128):
+        monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_GROUP", group)
+        widths = {config.block_n for config in grid("fp8 activations", gated=True)}
+        slices = {config.block_k for config in grid("fp8 activations", gated=False)}
+        assert widths == {group, 2 * group, 4 * group} and slices == {group}, (group, widths, slices)

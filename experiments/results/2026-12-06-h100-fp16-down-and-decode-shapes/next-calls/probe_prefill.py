@@ -7,7 +7,7 @@ import torch
 
 from experiments.kernels.moe_bench import layer_experts, routed_batch
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import moe_fp8_triton, moe_ops, moe_tiles
+from nvllm.ops import moe_tiles
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_tiles import GroupedMatmulConfig as C
 from nvllm.ops.moe_triton import grouped_experts
@@ -32,7 +32,7 @@ def setup(group, gate_up, down):
     rows = group == "rows"
     moe_tiles.FP8_INTERMEDIATE_PER_ROW = rows
     size = 64 if rows else group
-    moe_tiles.FP8_INTERMEDIATE_GROUP = moe_fp8_triton.FP8_INTERMEDIATE_GROUP = moe_ops.FP8_INTERMEDIATE_GROUP = size
+    moe_tiles.FP8_INTERMEDIATE_GROUP = size
     band, table_gate_up, table_down = DEFAULT[-1]
     gate_up, down = gate_up or table_gate_up, down or table_down
     # the other bands too where the table's shapes break the groups' rules (the engine runs 1,024 tokens there)
