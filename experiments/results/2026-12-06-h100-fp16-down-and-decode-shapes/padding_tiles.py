@@ -32,9 +32,8 @@ def main() -> None:
         totals[0] += without
         totals[1] += with_padding
         grown = (with_padding / without - 1) * 100
-        print(
-            f"{batch} tokens padded to {padded}: {without:.2f} tiles, {with_padding:.2f} with padding (+{grown:.1f} %)"
-        )
+        counts = f"{without:.2f} tiles, {with_padding:.2f} with padding (+{grown:.1f} %)"
+        print(f"{batch} tokens padded to {padded}: {counts}")
     print(f"every batch size above: +{(totals[1] / totals[0] - 1) * 100:.2f} % tiles")
 
 
