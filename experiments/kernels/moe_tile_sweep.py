@@ -62,7 +62,6 @@ from experiments.kernels.moe_bench import (
 )
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
-from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_ACTIVATION_TILE_CONFIGS,
@@ -74,7 +73,7 @@ from nvllm.ops.moe_tiles import (
     matmul_config,
     row_tile,
 )
-from nvllm.ops.moe_triton import align_by_expert, grouped_matmul
+from nvllm.ops.moe_triton import align_by_expert, grouped_matmul, matmul_input
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
 GRID = [
@@ -203,14 +202,13 @@ def matmul_of_batch(
     if gated:
         operands = dict(a=x, w=gate_up, w_scale=gate_up_scale, out=activated, divisor=TOP_K, gated=True)
         operands.update(weighted=False)
-        if kind == "fp8" and moe_triton.GATE_UP_IN_FP16:  # as the engine's op reads them
-            operands["a"], operands["a_scale"] = fp16_rows(x)
+        # as the engine's op reads them
+        operands["a"], operands["a_scale"] = matmul_input(x, kind == "fp8", moe_triton.GATE_UP_IN_FP16)
     else:
         out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
-        if kind == "fp8" and moe_triton.DOWN_IN_FP16:
-            operands["a"], operands["a_scale"] = fp16_rows(activated)
+        operands["a"], operands["a_scale"] = matmul_input(activated, kind == "fp8", moe_triton.DOWN_IN_FP16)
     run = functools.partial(grouped_matmul, **operands, **tiles)
     return run, block_m, touched
 
@@ -230,26 +228,25 @@ def compile_one(
     torch.cuda.synchronize()
 
 
+# the module settings the flags set, which choose the kernels a worker compiles
+KERNEL_SETTINGS = (
+    (e4m3_to_bf16, "ENABLED"),
+    (moe_triton, "GATE_UP_IN_FP16"),
+    (moe_triton, "DOWN_IN_FP16"),
+    (moe_tiles, "FP8_INTERMEDIATE_PER_ROW"),
+    (moe_tiles, "FP8_INTERMEDIATE_GROUP"),
+)
+
+
 def kernel_switches() -> tuple[bool | int, ...]:
-    """The module settings the flags set, which choose the kernels a worker compiles."""
-    return (
-        e4m3_to_bf16.ENABLED,
-        moe_triton.GATE_UP_IN_FP16,
-        moe_triton.DOWN_IN_FP16,
-        moe_tiles.FP8_INTERMEDIATE_PER_ROW,
-        moe_tiles.FP8_INTERMEDIATE_GROUP,
-    )
+    """This process's `KERNEL_SETTINGS`."""
+    return tuple(getattr(module, name) for module, name in KERNEL_SETTINGS)
 
 
 def set_kernel_switches(switches: tuple[bool | int, ...]) -> None:
     """`kernel_switches()`' values set in this process (a compiling worker)."""
-    (
-        e4m3_to_bf16.ENABLED,
-        moe_triton.GATE_UP_IN_FP16,
-        moe_triton.DOWN_IN_FP16,
-        moe_tiles.FP8_INTERMEDIATE_PER_ROW,
-        moe_tiles.FP8_INTERMEDIATE_GROUP,
-    ) = switches
+    for (module, name), value in zip(KERNEL_SETTINGS, switches, strict=True):
+        setattr(module, name, value)
 
 
 def compile_all(token_counts: list[int], jobs: int, kind: str, forced_tile: int | None = None) -> None:
@@ -389,10 +386,11 @@ if __name__ == "__main__":
         "--row-tile", type=int, choices=(16, 32, 64, 128), help="every token count at this row tile"
     )
     add_fp8_arguments(parser, "experts", activations=True)
+    intermediate = parser.add_mutually_exclusive_group()
     help = "with --fp8-activations: the intermediate quantized a scale a row (FP8_INTERMEDIATE_PER_ROW)"
-    parser.add_argument("--intermediate-per-row", action="store_true", help=help)
+    intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
-    parser.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
+    intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
     for flag, given in (

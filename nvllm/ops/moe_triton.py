@@ -34,14 +34,14 @@ from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, row_tile
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 # fp8 experts' gate/up on bf16 activations reads them as fp16 (`nvllm.ops.fp16_rows`: exact, a power of two
-# per row), against which the GPU converts an e4m3 weight pair in one instruction. Down's input,
-# silu(gate) * up, stays bf16: a gate/up program holds only some of a row's columns, so none knows the
-# row's scale. Exact, and no slower than moving bits at any batch, faster at some
+# per row), against which the GPU converts an e4m3 weight pair in one instruction. Exact, and no slower than
+# moving bits at any batch, faster at some
 # (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md).
 GATE_UP_IN_FP16 = True
 
-# The same for down's input, converted to fp16 rows by a kernel of its own after gate/up has written all of
-# it. Off: on an H100 that kernel cost what down's shorter loop saved, level at decode batches and 2-3 %
+# The same for down's input, silu(gate) * up, converted to fp16 rows by a kernel of its own after gate/up
+# has written all of it (a gate/up program holds only some of a row's columns, so none knows the row's
+# scale). Off: on an H100 that kernel cost what down's shorter loop saved, level at decode batches and 2-3 %
 # slower at prefill's (experiments/results/2026-12-06-h100-fp16-down-and-decode-shapes.md).
 DOWN_IN_FP16 = False
 
@@ -378,6 +378,14 @@ def aligned_experts(
     return sum_pairs(weighted, topk_weights.shape[1], x.dtype)
 
 
+def matmul_input(a: torch.Tensor, fp8: bool, in_fp16: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`a` and its row scales as a grouped matmul reads it: fp16 rows (`nvllm.ops.fp16_rows`) where the
+    experts are `fp8`, the matmul's switch (`in_fp16`) is on and `a` is bf16; else `a` as it is, no scales."""
+    if in_fp16 and fp8 and a.dtype == torch.bfloat16:
+        return fp16_rows(a)
+    return a, None
+
+
 def unquantized_activation_pair_outputs(
     x: torch.Tensor,
     gate_up: torch.Tensor,
@@ -401,9 +409,7 @@ def unquantized_activation_pair_outputs(
     activated = x.new_empty((num_pairs, intermediate))
     tiles = (sorted_pairs, tile_expert, pair_weights, block_m)
     fp8 = gate_up_scale is not None
-    gate_up_input, input_scale = x, None
-    if GATE_UP_IN_FP16 and fp8 and x.dtype == torch.bfloat16:
-        gate_up_input, input_scale = fp16_rows(x)
+    gate_up_input, input_scale = matmul_input(x, fp8, GATE_UP_IN_FP16)
     gate_up_config = matmul_config(num_pairs, num_experts, gated=True, fp8=fp8)
     grouped_matmul(
         gate_up_input,
@@ -418,9 +424,7 @@ def unquantized_activation_pair_outputs(
         a_scale=input_scale,
     )
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=torch.float32, device=x.device)
-    down_input, activated_scale = activated, None
-    if DOWN_IN_FP16 and fp8 and activated.dtype == torch.bfloat16:
-        down_input, activated_scale = fp16_rows(activated)
+    down_input, activated_scale = matmul_input(activated, fp8, DOWN_IN_FP16)
     down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)
     grouped_matmul(
         down_input,
