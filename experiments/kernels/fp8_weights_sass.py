@@ -142,14 +142,23 @@ def skinny_experts(weight: str, gated: bool, activation: str = "bf16"):
 
 
 def grouped_fp8_activations(
-    gated: bool, pairs: int, config: moe_tiles.GroupedMatmulConfig | None = None, row_scales: bool = False
+    gated: bool,
+    pairs: int,
+    config: moe_tiles.GroupedMatmulConfig | None = None,
+    row_scales: bool | None = None,
 ):
     """`grouped`'s matmul at `pairs` pairs over fp8 activations (`nvllm.ops.moe_fp8_triton`): the gate/up
-    matmul's input with a scale per token, the down matmul's with a scale per group, or per row where
-    `row_scales` (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`: gate/up then writes bf16); at `config` where given,
-    else the table's."""
+    matmul's input with a scale per token, the down matmul's with a scale per row where `row_scales`
+    (gate/up then writes bf16), else per group; `row_scales` None: as the engine quantizes
+    (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`). At `config` where given, else its table's."""
+    if row_scales is None:
+        row_scales = moe_tiles.FP8_INTERMEDIATE_PER_ROW
     block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True)
-    config = config or moe_tiles.fp8_activation_config(pairs, 128, gated)
+    table = (
+        moe_tiles.FP8_ACTIVATION_TILE_CONFIGS if row_scales else moe_tiles.FP8_ACTIVATION_GROUP_TILE_CONFIGS
+    )
+    _, gate_up_config, down_config = table[moe_tiles.config_band(pairs, 128)]
+    config = config or (gate_up_config if gated else down_config)
     signature = {
         "a_ptr": "*fp8e4nv",
         "a_scale_ptr": "*fp32",
@@ -229,14 +238,18 @@ FP8_ACTIVATION_KERNELS = {
     "grouped down, 256 tokens": partial(grouped_fp8_activations, gated=False, pairs=2048),
     "grouped gate/up, prefill 2048 tokens": partial(grouped_fp8_activations, gated=True, pairs=16384),
     "grouped down, prefill 2048 tokens": partial(grouped_fp8_activations, gated=False, pairs=16384),
-    "grouped gate/up, prefill 2048 tokens, two groups a tile": partial(
-        grouped_fp8_activations, gated=True, pairs=16384, config=moe_tiles.GroupedMatmulConfig(128, 128, 8, 3)
+    "grouped gate/up, prefill 2048 tokens, in groups": partial(
+        grouped_fp8_activations, gated=True, pairs=16384, row_scales=False
     ),
-    "grouped gate/up, prefill 2048 tokens, a scale a row": partial(
-        grouped_fp8_activations, gated=True, pairs=16384, row_scales=True
+    "grouped gate/up, prefill 2048 tokens, in groups, two a tile": partial(
+        grouped_fp8_activations,
+        gated=True,
+        pairs=16384,
+        config=moe_tiles.GroupedMatmulConfig(128, 128, 8, 3),
+        row_scales=False,
     ),
-    "grouped down, prefill 2048 tokens, a scale a row": partial(
-        grouped_fp8_activations, gated=False, pairs=16384, row_scales=True
+    "grouped down, prefill 2048 tokens, in groups": partial(
+        grouped_fp8_activations, gated=False, pairs=16384, row_scales=False
     ),
 }
 

@@ -22,12 +22,13 @@ H200.
 `FP8_TILE_CONFIGS`; `--move-bits` has the kernels convert them by moving bits (`nvllm.ops.e4m3_to_bf16`),
 gate/up reads its input as fp16 rows as the engine's does (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`), or as
 it is with `--gate-up-bf16`; down reads fp16 rows with `--down-fp16` (`DOWN_IN_FP16`).
-`--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) and
-prints `FP8_ACTIVATION_TILE_CONFIGS`, over their own grid (`grid`: gate/up's block_n is one, two or four of
-the intermediate's quantization groups, 72 configurations; down's block_k is one group, 24);
-`--intermediate-group N` sets that group (`moe_tiles.FP8_INTERMEDIATE_GROUP`), and with
-`--intermediate-per-row` the intermediate has a scale a row (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`) and
-down's block_k is swept too (`PER_ROW_DOWN_GRID`, 54).
+`--fp8-activations` sweeps the fp8 experts' matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) over
+their own grid (`grid`: gate/up's block_n is one, two or four of the intermediate's quantization groups, 72
+configurations). With the intermediate a scale a row, as the engine quantizes it
+(`moe_tiles.FP8_INTERMEDIATE_PER_ROW`; `--intermediate-per-row` says so whatever the default), down's
+block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATION_TILE_CONFIGS`;
+`--intermediate-group N` quantizes it in groups of N columns instead (`FP8_INTERMEDIATE_GROUP`), down's
+block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
@@ -64,7 +65,6 @@ from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
-    FP8_ACTIVATION_TILE_CONFIGS,
     FP8_TILE_CONFIGS,
     TILE_CONFIGS,
     GroupedMatmulConfig,
@@ -87,11 +87,15 @@ PER_ROW_DOWN_GRID = [
 MATMULS = {"gate/up": True, "down": False}  # name: gated
 BF16_BYTES = 2
 # what a sweep multiplies (the experts' dtype, and fp8 activations or not): the table it prints
-TABLES = {
-    "bf16": ("TILE_CONFIGS", TILE_CONFIGS),
-    "fp8": ("FP8_TILE_CONFIGS", FP8_TILE_CONFIGS),
-    "fp8 activations": ("FP8_ACTIVATION_TILE_CONFIGS", FP8_ACTIVATION_TILE_CONFIGS),
-}
+KINDS = ("bf16", "fp8", "fp8 activations")
+
+
+def engine_table(kind: str) -> tuple[str, tuple]:
+    """The name and the table of launch shapes the engine reads for `kind` now (on fp8 activations, the one
+    for the intermediate's quantization, `moe_tiles.fp8_activation_table`)."""
+    if kind == "fp8 activations":
+        return moe_tiles.fp8_activation_table()
+    return ("FP8_TILE_CONFIGS", FP8_TILE_CONFIGS) if kind == "fp8" else ("TILE_CONFIGS", TILE_CONFIGS)
 
 
 def grid(kind: str, gated: bool) -> list[GroupedMatmulConfig]:
@@ -337,10 +341,10 @@ def sweep(
 def print_table(
     token_counts: list[int], results: dict[tuple[int, str], dict[GroupedMatmulConfig, float]], kind: str
 ):
-    """The table of `kind` (`TABLES`) with each swept band's configuration per matmul: the one with the
+    """The table of `kind` (`engine_table`) with each swept band's configuration per matmul: the one with the
     least time summed over the band's token counts (of those timed at all of them); bands without a swept
     token count kept."""
-    name, current_table = TABLES[kind]
+    name, current_table = engine_table(kind)
     rows = []
     for band, (most, *current) in enumerate(current_table):
         counts = [t for t in token_counts if config_band(t * TOP_K, NUM_EXPERTS) == band]
@@ -399,8 +403,11 @@ if __name__ == "__main__":
     ):
         if given and not args.fp8_activations:
             parser.error(f"{flag} quantizes fp8 activations' intermediates: it needs --fp8-activations")
-    moe_tiles.FP8_INTERMEDIATE_PER_ROW = args.intermediate_per_row
-    moe_tiles.FP8_INTERMEDIATE_GROUP = args.intermediate_group or moe_tiles.FP8_INTERMEDIATE_GROUP
+    if args.intermediate_group:
+        moe_tiles.FP8_INTERMEDIATE_PER_ROW = False
+        moe_tiles.FP8_INTERMEDIATE_GROUP = args.intermediate_group
+    elif args.intermediate_per_row:
+        moe_tiles.FP8_INTERMEDIATE_PER_ROW = True
     kind = "fp8 activations" if args.fp8_activations else "fp8" if args.fp8 else "bf16"
     if args.jobs:
         compile_all(args.tokens, args.jobs, kind, args.row_tile)

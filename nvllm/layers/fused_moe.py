@@ -10,9 +10,10 @@ With `quantization="fp8"` the experts are stored in float8 with a scale per outp
 dense layers' weights (`nvllm.ops.fp8`): a row's scale is taken over the whole checkpoint row before this
 rank's slice is cut, so TP=N holds exactly the slices of the TP=1 experts. With `fp8_activations`
 (`model.fp8_activations`) the experts multiply activations quantized to fp8 too
-(`nvllm.ops.moe_fp8_triton`); TP=N quantizes the intermediate as TP=1 does where each rank's slice of it is
-a whole number of its groups (`nvllm.ops.moe_tiles.FP8_INTERMEDIATE_GROUP`; not with a scale a row,
-`FP8_INTERMEDIATE_PER_ROW`, off, where each rank scales its slice of a row). The router stays in the model's
+(`nvllm.ops.moe_fp8_triton`). Its intermediate has a scale a row by default
+(`nvllm.ops.moe_tiles.FP8_INTERMEDIATE_PER_ROW`): each rank scales its slice of a row, so TP=N quantizes it
+differently from TP=1. In groups (that setting off) TP=N quantizes it as TP=1 does where each rank's slice
+is a whole number of groups (`FP8_INTERMEDIATE_GROUP`). The router stays in the model's
 dtype: its weight is a sliver of a layer's (128 x 2048 against 128 experts of 3 x 768 x 2048 in
 Qwen3-30B-A3B), and its choices decide which experts run.
 

@@ -24,7 +24,7 @@ gives an expert a few pairs: the weight's rows fill the 64, the pairs the few. B
 shared memory as stored, e4m3 with the reduction dimension contiguous, which is the layout fp8 MMA needs.
 
 The sort by expert is `nvllm.ops.moe_triton`'s, the launch shapes `nvllm.ops.moe_tiles`'
-(`FP8_ACTIVATION_TILE_CONFIGS`); the torch reference is `nvllm.ops.moe_ops.quantized_activations_expert`.
+(`fp8_activation_table`); the torch reference is `nvllm.ops.moe_ops.quantized_activations_expert`.
 """
 
 from __future__ import annotations

@@ -85,17 +85,32 @@ FP8_INTERMEDIATE_GROUP = 64
 
 # Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
 # down kernel then accumulates in its MMAs as gate/up does, rather than scaling each group's sums, and the
-# tables' group rules do not apply. Under tensor parallelism a rank holds a slice of each row and scales
-# that, so TP=N no longer quantizes as TP=1 does. Off until a GPU times it.
-FP8_INTERMEDIATE_PER_ROW = False
+# groups' launch rules do not apply. Under tensor parallelism a rank holds a slice of each row and scales
+# that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer was 4-9 % faster than in groups of
+# 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
+FP8_INTERMEDIATE_PER_ROW = True
 
-# (most pairs per expert, gate/up's config, down's config) by the same bands. The gate/up kernel's
-# block_n is a multiple of `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes each group of the intermediate
-# it holds), the down kernel's block_k the group (it scales one group a step). The last band (prefill) is the
-# sweep's on an H100 (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md); the others are
-# not yet swept: the widest reduction slice that keeps three or four tiles in flight, 8 warps where a
-# program's two accumulators would not fit 4.
+# (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
+# row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more
+# (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`): the last two bands. The last (prefill) band's gate/up is
+# the sweep's on an H100 (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md), its down the
+# fastest of a few shapes probed there (experiments/results/2026-12-06-h100-intermediate-per-row.md); the
+# others are the groups' table's.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
+    (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
+    (math.inf, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 128, 4, 4)),
+)
+
+# The same for the intermediate in groups (`FP8_INTERMEDIATE_PER_ROW` off): the gate/up kernel's block_n is a
+# multiple of `FP8_INTERMEDIATE_GROUP` (its epilogue quantizes each group of the intermediate it holds), the
+# down kernel's block_k the group (it scales one group a step). The last band is the sweep's on an H100
+# (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md); the others are not yet swept: the
+# widest reduction slice that keeps three or four tiles in flight, 8 warps where a program's two
+# accumulators would not fit 4.
+FP8_ACTIVATION_GROUP_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
@@ -104,8 +119,16 @@ FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatm
 )
 
 
+def fp8_activation_table() -> tuple[str, tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]]:
+    """The name and the table of the matmuls on fp8 activations for the intermediate's quantization now
+    (`FP8_INTERMEDIATE_PER_ROW`)."""
+    if FP8_INTERMEDIATE_PER_ROW:
+        return "FP8_ACTIVATION_TILE_CONFIGS", FP8_ACTIVATION_TILE_CONFIGS
+    return "FP8_ACTIVATION_GROUP_TILE_CONFIGS", FP8_ACTIVATION_GROUP_TILE_CONFIGS
+
+
 def fp8_activation_config(num_pairs: int, num_experts: int, gated: bool) -> GroupedMatmulConfig:
     """The launch shape of the gate/up (`gated`) or the down matmul for `num_pairs` pairs over
     `num_experts` experts."""
-    _, gate_up, down = FP8_ACTIVATION_TILE_CONFIGS[config_band(num_pairs, num_experts)]
+    _, gate_up, down = fp8_activation_table()[1][config_band(num_pairs, num_experts)]
     return gate_up if gated else down

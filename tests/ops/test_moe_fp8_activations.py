@@ -98,9 +98,10 @@ for dtype in (torch.float32, torch.bfloat16):
 
 
 def test_the_grouped_fp8_matmuls_at_each_launch_shape_equal_the_torch_reference():
-    """Hidden and intermediate sizes off every block (both matmuls' column and reduction masks, a last
-    group narrower than the others); input columns and expert rows of magnitudes far apart, so that a scale
-    applied to the wrong token, group, row or expert shows; every launch shape of the table, and gate/up
+    """The intermediate quantized in groups (`FP8_INTERMEDIATE_PER_ROW` off). Hidden and intermediate sizes
+    off every block (both matmuls' column and reduction masks, a last group narrower than the others);
+    input columns and expert rows of magnitudes far apart, so that a scale applied to the wrong token,
+    group, row or expert shows; every launch shape of the groups' table, and gate/up
     tiles of several quantization groups, at each row tile; and the whole layer through
     `nvllm::fused_experts`' and `nvllm::routed_experts`' CUDA paths."""
     run_in_interpreter(
@@ -109,12 +110,14 @@ import torch
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops import moe_fp8_triton
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
-from nvllm.ops.moe_tiles import FP8_ACTIVATION_TILE_CONFIGS
+from nvllm.ops.moe_tiles import FP8_ACTIVATION_GROUP_TILE_CONFIGS
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig
 from nvllm.ops.moe_route_triton import routed_experts
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
+from nvllm.ops import moe_tiles
+moe_tiles.FP8_INTERMEDIATE_PER_ROW = False  # the intermediate in groups, each group's scale
 generator = torch.Generator().manual_seed(0)
 tokens, experts, top_k, hidden, intermediate = 40, 4, 2, 272, 144
 x = torch.randn(tokens, hidden, generator=generator) * torch.logspace(-1, 1, hidden)
@@ -140,7 +143,7 @@ def close(ours, label):
 
 x_q, x_scale = moe_fp8_triton.quantize_tokens(x)
 gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale)
-launches = {(gate_up, down) for _, gate_up, down in FP8_ACTIVATION_TILE_CONFIGS}
+launches = {(gate_up, down) for _, gate_up, down in FP8_ACTIVATION_GROUP_TILE_CONFIGS}
 # gate/up tiles of two and four groups: the intermediate's 144 columns end inside a 128-column tile's second
 # group, and a 256-column tile's last two groups are past the end
 wide = [GroupedMatmulConfig(groups * FP8_INTERMEDIATE_GROUP, 128, 8, 3) for groups in (2, 4)]
@@ -180,9 +183,9 @@ assert tiles_used == [128, 128], tiles_used
 def test_the_intermediate_quantized_a_scale_per_row_equals_the_torch_reference():
     """`FP8_INTERMEDIATE_PER_ROW`: gate/up writes silu(gate) * up in bf16, rounded to nearest (Triton's
     interpreter would truncate it), each row is quantized on one scale, and down applies it after its
-    loop; at launch shapes of the table and others (down's block_k no longer the group), each row tile, and
-    through the op. The reference differs from the groups' (intermediate columns of magnitudes far apart,
-    so that a row's scale shows)."""
+    loop; at the launch shapes of its table and another (down's block_k no longer the group), each row
+    tile, and through the op. The reference differs from the groups' (intermediate columns of magnitudes
+    far apart, so that a row's scale shows)."""
     run_in_interpreter(
         """
 import torch
@@ -205,6 +208,7 @@ down = torch.randn(experts, hidden, intermediate, generator=generator) / interme
 weights, ids = route(torch.randn(tokens, experts, generator=generator), top_k, renormalize=True)
 (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
 layer = (x, gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+moe_tiles.FP8_INTERMEDIATE_PER_ROW = False
 by_groups = experts_reference(*layer, quantize_activations=True)
 moe_tiles.FP8_INTERMEDIATE_PER_ROW = True
 expected = experts_reference(*layer, quantize_activations=True)
@@ -217,12 +221,12 @@ def close(ours, label):
 
 
 x_q, x_scale = moe_fp8_triton.quantize_tokens(x)
-launches = [(GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(256, 64, 8, 4))]
-launches.append((GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(128, 128, 4, 3)))
+launches = {(gate_up, down) for _, gate_up, down in moe_tiles.FP8_ACTIVATION_TILE_CONFIGS}
+launches.add((GroupedMatmulConfig(32, 256, 4, 3), GroupedMatmulConfig(128, 256, 4, 3)))
 for block_m in (16, 64, 128):
     sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
     tiles = (sorted_pairs, tile_expert, weights.flatten().contiguous(), block_m)
-    for gate_up_config, down_config in launches:
+    for gate_up_config, down_config in sorted(launches, key=str):
         activated = torch.empty(sorted_pairs.numel(), intermediate, dtype=torch.bfloat16)
         gate_up_operands = (x_q, x_scale, gate_up_q, gate_up_scale, activated, None)
         grouped_fp8_matmul(*gate_up_operands, *tiles, top_k, gate_up_config)

@@ -88,14 +88,14 @@ def test_every_tables_launch_shape_is_one_its_sweep_times(per_row, monkeypatch):
     memory: the sweep can always set the table's time beside the fastest. With the intermediate a scale a
     row (`--intermediate-per-row`) down's grid also holds reduction slices other than the group."""
     pytest.importorskip("triton")
-    from experiments.kernels.moe_tile_sweep import TABLES, grid, in_grid
+    from experiments.kernels.moe_tile_sweep import KINDS, engine_table, grid, in_grid
     from nvllm.ops import moe_tiles
     from nvllm.ops.moe_tiles import row_tile
 
     monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
     h200_shared_memory = 232448
-    for kind, (_, table) in TABLES.items():
-        for most, gate_up, down in table:
+    for kind in KINDS:
+        for most, gate_up, down in engine_table(kind)[1]:
             pairs = int(128 * min(most, 128))  # the band's last pair count over 128 experts (or one past)
             block_m = row_tile(pairs, 128, kind == "fp8 activations")
             for gated, config in ((True, gate_up), (False, down)):
@@ -111,6 +111,7 @@ def test_the_sweeps_fp8_activation_grid_follows_the_quantization_group(monkeypat
     from experiments.kernels.moe_tile_sweep import grid
     from nvllm.ops import moe_tiles
 
+    monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", False)
     for group in (64, 128):
         monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_GROUP", group)
         widths = {config.block_n for config in grid("fp8 activations", gated=True)}
