@@ -36,7 +36,7 @@ from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import moe_skinny_triton
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_route_tokens_triton import route_tokens
-from nvllm.ops.moe_routing import route
+from nvllm.ops.moe_routing import padding_to_no_expert, route
 from nvllm.ops.moe_skinny_triton import skinny_experts, skinny_gate_up
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_triton import grouped_experts
@@ -88,14 +88,14 @@ def routed_batch(
     tokens: int, padding: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`tokens` random hidden states, uniform random router logits, and their routing weights and experts;
-    the last `padding` of them padding rows, routed as the engine routes them (weight 0, the first row's
-    experts: `nvllm.ops.moe_routing.padding_follows_first`)."""
+    the last `padding` of them padding rows, routed as the engine routes them
+    (`nvllm.ops.moe_routing.padding_to_no_expert`)."""
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.bfloat16)
     logits = torch.randn(tokens, NUM_EXPERTS, device="cuda", dtype=torch.bfloat16)
     weights, ids = route(logits, TOP_K, renormalize=True)
     if padding:
-        weights[tokens - padding :] = 0
-        ids[tokens - padding :] = ids[0]
+        is_padding = torch.arange(tokens, device="cuda") >= tokens - padding
+        weights, ids = padding_to_no_expert(weights, ids, is_padding, NUM_EXPERTS)
     return x, logits, weights, ids
 
 

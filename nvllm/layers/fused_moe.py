@@ -125,7 +125,7 @@ class FusedMoE(nn.Module):
 
     def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
         """`padding` [T] bool: the step's padding tokens, whose outputs nobody reads
-        (`nvllm.ops.moe_routing.padding_follows_first`)."""
+        (`nvllm.ops.moe_routing.padding_to_no_expert`)."""
         gate_up, down = self.experts.gate_up_proj, self.experts.down_proj
         quantized = (*self.experts.scales(), self.fp8_activations)
         logits = self.gate(x)

@@ -79,10 +79,13 @@ def experts_reference(
     experts come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`),
     and with `quantize_activations` multiply quantized activations (`quantized_activations_expert`; the
     pairs then summed in fp32 and rounded once). The (token, choice) pairs are sorted by expert once; each
-    expert that has tokens runs on all of them at once (the host reads how many each has)."""
+    expert that has tokens runs on all of them at once (the host reads how many each has). Pairs of expert
+    E, one past the last, go to no expert (`nvllm.ops.moe_routing.padding_to_no_expert`) and add nothing."""
     top_k = topk_ids.shape[1]
+    num_experts = gate_up.shape[0]
     pairs_by_expert = topk_ids.flatten().argsort(stable=True)
-    counts = torch.bincount(topk_ids.flatten(), minlength=gate_up.shape[0]).tolist()
+    # the pairs of no expert sort last, past every expert's run
+    counts = torch.bincount(topk_ids.flatten(), minlength=num_experts).tolist()[:num_experts]
     pair_weights = topk_weights.flatten()
     out = torch.zeros_like(x, dtype=torch.float32 if quantize_activations else x.dtype)
     start = 0

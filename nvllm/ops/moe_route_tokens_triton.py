@@ -1,11 +1,10 @@
 """A batch's mixture-of-experts routing as one Triton kernel for batches of any size: from the router's
 logits `[T, E]` to `nvllm.ops.moe_routing.route_step`'s weights (the logits' dtype) and experts (int64),
-the padding tokens following the first token's. `align_by_expert` then sorts the pairs by expert: two
-launches where eager torch takes several small ones (inductor does not compile inside the op).
+the padding tokens sent to no expert. `align_by_expert` then sorts the pairs by expert: two launches where
+eager torch takes several small ones (inductor does not compile inside the op).
 
 One program per block of tokens, each holding its tokens' logits; the router's rule is
-`moe_topk_triton`'s. The padding rule needs the first token's experts in every program: each program
-routes the first token again (one row of E logits) rather than waiting for the program that owns it."""
+`moe_topk_triton`'s."""
 
 from __future__ import annotations
 

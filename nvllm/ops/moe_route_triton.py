@@ -1,6 +1,6 @@
 """A small batch's mixture-of-experts routing as one Triton kernel: from the router's logits `[T, E]` to
 what `nvllm.ops.moe_routing.route_step` and `nvllm.ops.moe_triton.align_by_expert` produce together (each
-token's weights and experts, the padding tokens following the first token's, and the pairs sorted by
+token's weights and experts, the padding tokens sent to no expert, and the pairs sorted by
 expert into row tiles, in the same layout and capacity). Separately they are several launches, each of a
 few floats, that cost a decode step more in latency than in work.
 
@@ -98,9 +98,10 @@ def _route_and_align_kernel(
         )
 
     num_pairs = num_tokens * TOP_K
-    flat_ids = tl.reshape(tl.where(chosen, topk_ids, 0), (TOKENS_POW2 * TOP_K_POW2,))
-    # the slots outside the batch counted as expert 0: taken off its count again
-    outside = TOKENS_POW2 * TOP_K_POW2 - num_pairs
+    routed = chosen & (topk_ids < NUM_EXPERTS)  # not a padding token's pair, which goes to no expert
+    flat_ids = tl.reshape(tl.where(routed, topk_ids, 0), (TOKENS_POW2 * TOP_K_POW2,))
+    # the slots outside the batch or routed to no expert counted as expert 0: taken off its count again
+    outside = TOKENS_POW2 * TOP_K_POW2 - tl.sum(tl.sum(routed.to(tl.int32), 1), 0)
     counts = tl.histogram(flat_ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
     run_start = pad_runs_and_tile_experts(
         sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
@@ -190,7 +191,7 @@ def routed_experts(
         return skinny_experts(x, gate_up, down, top_k, routing=routed, **scales)
     block_m = row_tile(num_tokens * top_k, num_experts, quantize_activations)
     if fits_fused_routing(num_tokens, num_experts):
-        weights, _, sorted_pairs, tile_expert = route_and_align(
+        weights, ids, sorted_pairs, tile_expert = route_and_align(
             router_logits, padding, top_k, renormalize, block_m
         )
     else:
@@ -201,6 +202,7 @@ def routed_experts(
         gate_up,
         down,
         weights,
+        ids,
         sorted_pairs,
         tile_expert,
         block_m,

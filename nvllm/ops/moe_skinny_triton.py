@@ -23,7 +23,7 @@ gate/up program from the router's logits (`nvllm.ops.moe_topk_triton`'s rule, ov
 the first strip's program of each pair writing it for the down kernel to read: then the whole layer after
 the router is these two launches, routing once. Pairs that share an expert read it
 once each, so this path is for batches of at most `SKINNY_EXPERTS_MAX_TOKENS` tokens. A pair of routing
-weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_follows_first`;
+weight 0 reads nothing and adds nothing: padding tokens' pairs (`nvllm.ops.moe_routing.padding_to_no_expert`;
 their rows come out zeros), and a real pair only where its probability underflowed to 0 (its product would
 add 0, or NaN where the expert's output is infinite, which the reference would carry).
 

@@ -60,15 +60,6 @@ def route_rows(
 
 
 @triton.jit
-def padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids):
-    """`moe_routing.padding_follows_first` on a tile: the rows where `is_padding` take the first token's
-    experts `first_ids` `[TOP_K_POW2]` at weight 0."""
-    topk_ids = tl.where(is_padding[:, None], first_ids[None, :], topk_ids)
-    topk_weights = tl.where(is_padding[:, None], 0.0, topk_weights)
-    return topk_weights, topk_ids
-
-
-@triton.jit
 def route_block(
     logits_ptr,
     stride_logits,
@@ -84,8 +75,8 @@ def route_block(
     HAS_PADDING: tl.constexpr,
 ):
     """`moe_routing.route_step` on the rows from `first_token` on: `route_rows`, and with `HAS_PADDING` the
-    padding rows (`padding_ptr`'s nonzero ones) following the first token's experts, which this program
-    routes again (one row of E logits) rather than waiting for the program that owns it."""
+    padding rows (`padding_ptr`'s nonzero ones) sent to no expert (`NUM_EXPERTS`) at weight 0
+    (`moe_routing.padding_to_no_expert`)."""
     topk_weights, topk_ids = route_rows(
         logits_ptr,
         stride_logits,
@@ -99,13 +90,10 @@ def route_block(
         RENORMALIZE,
     )
     if HAS_PADDING:
-        _, first_row_ids = route_rows(
-            logits_ptr, stride_logits, 0, num_tokens, 1, NUM_EXPERTS, EXPERTS_POW2, TOP_K, TOP_K_POW2, False
-        )
         tokens = first_token + tl.arange(0, BLOCK_T)
-        is_padding = tl.load(padding_ptr + tokens, tokens < num_tokens, 0) != 0
-        first_ids = tl.sum(first_row_ids, 0)
-        topk_weights, topk_ids = padding_follows_first_rows(topk_weights, topk_ids, is_padding, first_ids)
+        is_padding = (tl.load(padding_ptr + tokens, tokens < num_tokens, 0) != 0)[:, None]
+        topk_ids = tl.where(is_padding, NUM_EXPERTS, topk_ids)
+        topk_weights = tl.where(is_padding, 0.0, topk_weights)
     return topk_weights, topk_ids
 
 

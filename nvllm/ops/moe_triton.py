@@ -1,7 +1,8 @@
 """The experts of a mixture-of-experts layer as two Triton grouped matmuls over all experts at once.
 
 The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, one kernel: no host
-sync, static shapes, so the op is captured in CUDA graphs). Each expert's run of pairs is padded to
+sync, static shapes, so the op is captured in CUDA graphs); a padding token's pairs, routed to no expert,
+are in no run. Each expert's run of pairs is padded to
 a whole number of row tiles, and each tile knows its expert; padding slots hold an index past the last pair
 and are masked. Then:
 - gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
@@ -9,7 +10,7 @@ and are masked. Then:
 - down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
   epilogue, in fp32 at each pair's row;
 - the k pairs of a token summed in a fixed order (no atomics: the same inputs give the same bits) and
-  rounded once, by a kernel of its own (`sum_pairs`).
+  rounded once, by a kernel of its own (`sum_pairs`), which adds no pair of no expert.
 Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
 converted in registers to the activations' dtype (exactly: every e4m3 value is a bf16 value; by moving bits
 where `nvllm.ops.e4m3_to_bf16` is enabled; gate/up's against fp16 rows where `GATE_UP_IN_FP16`), each
@@ -68,11 +69,12 @@ def _align_kernel(
     counts = tl.zeros((EXPERTS_POW2,), tl.int32)
     for start in range(0, num_pairs, CHUNK):
         offsets = start + tl.arange(0, CHUNK)
-        inside = offsets < num_pairs
-        ids = tl.load(ids_ptr + offsets, inside, 0).to(tl.int32)
-        # the slots past the end read as expert 0: taken off its count again
-        outside = CHUNK - tl.sum(inside.to(tl.int32))
-        counts += tl.histogram(ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
+        ids = tl.load(ids_ptr + offsets, offsets < num_pairs, NUM_EXPERTS).to(tl.int32)
+        # the slots past the end and the pairs of no expert (padding tokens') count as expert 0: taken off
+        # its count again
+        routed = ids < NUM_EXPERTS
+        outside = CHUNK - tl.sum(routed.to(tl.int32))
+        counts += tl.histogram(tl.where(routed, ids, 0), EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
     run_start = pad_runs_and_tile_experts(
         sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
     )
@@ -293,7 +295,16 @@ SUM_BLOCK = 1024  # columns per program of `sum_pairs`
 
 
 @triton.jit
-def _sum_pairs_kernel(pairs_ptr, out_ptr, width, TOP_K: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _sum_pairs_kernel(
+    pairs_ptr,
+    ids_ptr,
+    out_ptr,
+    width,
+    num_experts,
+    TOP_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):
     overlap_prior_kernel(PDL)
     token = tl.program_id(0).to(tl.int64)
     columns = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -301,20 +312,30 @@ def _sum_pairs_kernel(pairs_ptr, out_ptr, width, TOP_K: tl.constexpr, BLOCK: tl.
     total = tl.zeros((BLOCK,), tl.float32)
     for choice in tl.static_range(TOP_K):
         row = token * TOP_K + choice
-        total += tl.load(pairs_ptr + row * width + columns, mask=inside, other=0.0)
+        expert = tl.load(ids_ptr + row + tl.zeros((BLOCK,), tl.int32))  # one address: one read a warp
+        routed = inside & (expert < num_experts)  # a pair of no expert has no row written
+        total += tl.load(pairs_ptr + row * width + columns, mask=routed, other=0.0)
     tl.store(out_ptr + token * width + columns, total.to(out_ptr.dtype.element_ty), mask=inside)
 
 
-def sum_pairs(pair_outputs: torch.Tensor, top_k: int, dtype: torch.dtype) -> torch.Tensor:
+def sum_pairs(
+    pair_outputs: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, dtype: torch.dtype
+) -> torch.Tensor:
     """Each token's `top_k` consecutive rows of the contiguous fp32 `pair_outputs` `[T * top_k, H]`
-    summed in order (choice 0 first) and rounded once to `dtype`: `[T, H]`."""
+    summed in order (choice 0 first) and rounded once to `dtype`: `[T, H]`. The pairs `topk_ids` `[T, top_k]`
+    sends to no expert (`num_experts`: a padding token's, `nvllm.ops.moe_routing.padding_to_no_expert`)
+    add nothing: nobody wrote their rows."""
     num_pairs, width = pair_outputs.shape
+    top_k = topk_ids.shape[1]
+    assert topk_ids.numel() == num_pairs, (topk_ids.shape, pair_outputs.shape)
     out = torch.empty((num_pairs // top_k, width), dtype=dtype, device=pair_outputs.device)
     if num_pairs:
         _sum_pairs_kernel[(num_pairs // top_k, triton.cdiv(width, SUM_BLOCK))](
             pair_outputs,
+            topk_ids.contiguous(),
             out,
             width,
+            num_experts,
             TOP_K=top_k,
             BLOCK=SUM_BLOCK,
             num_warps=4,
@@ -345,6 +366,7 @@ def grouped_experts(
         gate_up,
         down,
         topk_weights,
+        topk_ids,
         sorted_pairs,
         tile_expert,
         block_m,
@@ -359,6 +381,7 @@ def aligned_experts(
     gate_up: torch.Tensor,
     down: torch.Tensor,
     topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
     sorted_pairs: torch.Tensor,
     tile_expert: torch.Tensor,
     block_m: int,
@@ -366,7 +389,7 @@ def aligned_experts(
     down_scale: torch.Tensor | None = None,
     quantize_activations: bool = False,
 ) -> torch.Tensor:
-    """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(ids, E, block_m)`'s
+    """The two grouped matmuls over pairs already sorted by expert (`align_by_expert(topk_ids, E, block_m)`'s
     layout), the k pairs of each token summed; fp8 experts with their scales (`nvllm.ops.moe_ops`), with
     `quantize_activations` on fp8 activations (`nvllm.ops.moe_fp8_triton`)."""
     pair_outputs = (
@@ -375,7 +398,7 @@ def aligned_experts(
     weighted = pair_outputs(
         x, gate_up, down, topk_weights, sorted_pairs, tile_expert, block_m, gate_up_scale, down_scale
     )
-    return sum_pairs(weighted, topk_weights.shape[1], x.dtype)
+    return sum_pairs(weighted, topk_ids, gate_up.shape[0], x.dtype)
 
 
 def matmul_input(a: torch.Tensor, fp8: bool, in_fp16: bool) -> tuple[torch.Tensor, torch.Tensor | None]:

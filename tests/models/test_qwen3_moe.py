@@ -26,7 +26,7 @@ from nvllm.models.weights import hf_parameter_shapes, load_weights, parameter_by
 from nvllm.ops import moe_ops
 from nvllm.ops.fp8 import FP8, quantize_rows
 from nvllm.ops.moe_ops import experts_reference
-from nvllm.ops.moe_routing import padding_follows_first, route
+from nvllm.ops.moe_routing import padding_to_no_expert, route
 from nvllm.profiling.utilization import ModelWork
 from nvllm.runner import memory
 from tests.helpers.family_checkpoints import write_family_checkpoint
@@ -115,9 +115,10 @@ def test_router_ties_go_to_the_lower_expert_index():
     torch.testing.assert_close(weights, torch.tensor([[share] * 3, [1 / 8] * 3]))
 
 
-def test_padding_tokens_take_the_first_tokens_experts_and_add_nothing():
-    """A step's padding tokens (no KV slot) read no experts of their own: they follow the first token's
-    routing at weight 0, and the real tokens' outputs are those of the unpadded batch."""
+def test_padding_tokens_go_to_no_expert_and_add_nothing():
+    """A step's padding tokens (no KV slot) read no experts: they are routed to expert E (one past the
+    last) at weight 0, their outputs are zeros, and the real tokens' outputs are those of the unpadded
+    batch."""
     torch.manual_seed(0)
     layer = FusedMoE(hidden_size=16, num_experts=8, top_k=2, intermediate_size=8, renormalize=True)
     for param in layer.parameters():
@@ -125,9 +126,10 @@ def test_padding_tokens_take_the_first_tokens_experts_and_add_nothing():
     x = torch.randn(5, 16)
     padding = torch.tensor([False, False, False, True, True])
     weights, ids = route(layer.gate(x), top_k=2, renormalize=True)
-    followed_weights, followed_ids = padding_follows_first(weights, ids, padding)
-    assert followed_ids.tolist() == ids[:3].tolist() + [ids[0].tolist()] * 2
-    assert followed_weights[3:].eq(0).all() and torch.equal(followed_weights[:3], weights[:3])
+    padded_weights, padded_ids = padding_to_no_expert(weights, ids, padding, 8)
+    assert padded_ids.tolist() == ids[:3].tolist() + [[8, 8]] * 2
+    assert padded_weights[3:].eq(0).all() and torch.equal(padded_weights[:3], weights[:3])
+    x[3:] = float("inf")  # read by no expert: nothing of it shows
     padded = layer(x, padding=padding)
     torch.testing.assert_close(padded[:3], layer(x[:3]), atol=1e-6, rtol=1e-6)
     assert padded[3:].eq(0).all()
@@ -157,6 +159,14 @@ for tokens, experts, top_k, hidden, intermediate in shapes:
     expected = experts_reference(x, gate_up, down, weights, ids)
     ours = grouped_experts(x, gate_up, down, weights, ids)
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    # padding rows (the last, and one in the middle) go to no expert: zeros, whatever their input
+    if tokens > 1:
+        padding = torch.arange(tokens) >= tokens - 2
+        padding[tokens // 3] = True
+        padded_x = torch.where(padding[:, None], float("nan"), x)
+        padded = grouped_experts(padded_x, gate_up, down, *route_step(logits, padding, top_k, True))
+        assert padded[padding].eq(0).all()
+        torch.testing.assert_close(padded[~padding], expected[~padding], atol=1e-5, rtol=1e-5)
     # fp8 experts
     rows = 2 * intermediate
     gate_up *= torch.logspace(-1, 1, rows)[torch.randperm(rows, generator=generator)][:, None]
@@ -190,6 +200,11 @@ pad = 6
 # capacity: 6 pairs + min(4 experts, 6 pairs) x 1 padding slot each at most
 assert sorted_pairs.tolist() == [1, 4, 3, pad, 0, 2, 5, pad, pad, pad], sorted_pairs.tolist()
 assert tile_expert.tolist() == [0, 1, 3, 3, 4], tile_expert.tolist()  # the last tile is past every run
+# a padding token's pairs (expert 4: no expert) are in no run
+ids = torch.tensor([[3, 0], [4, 4], [0, 3]])
+sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
+assert sorted_pairs.tolist() == [1, 4, 0, 5, pad, pad, pad, pad, pad, pad], sorted_pairs.tolist()
+assert tile_expert.tolist() == [0, 3, 4, 4, 4], tile_expert.tolist()
 # more pairs than one chunk of the kernel, each expert's run in pair order
 ids = torch.randint(0, 6, (1500, 2), generator=torch.Generator().manual_seed(0))
 sorted_pairs, tile_expert = align_by_expert(ids, num_experts=6, block_m=16)

@@ -159,7 +159,7 @@ for block_m in (16, 32, 64, 128):
         out = torch.empty(tokens * top_k, hidden)
         down_operands = (activated, activated_scale, down_q, down_scale)
         grouped_fp8_matmul(*down_operands, out, None, *tiles, top_k, down_config)
-        close(sum_pairs(out, top_k, torch.float32), f"{block_m} {gate_up_config} {down_config}")
+        close(sum_pairs(out, ids, experts, torch.float32), f"{block_m} {gate_up_config} {down_config}")
 close(grouped_experts(x, *fp8_experts, weights, ids, *scales, True), "fused_experts")
 close(routed_experts(x, *fp8_experts, logits, None, top_k, True, *scales, True), "routed_experts")
 # the ops sort the pairs into fp8 activations' own row tiles (20 pairs an expert here: the middle band)
@@ -168,7 +168,7 @@ moe_tiles.FP8_ACTIVATION_ROW_TILES = (16, 128, 64)
 tiles_used = []
 def recording(aligned):
     def experts_in_tiles(*args):
-        tiles_used.append(args[6])  # block_m
+        tiles_used.append(args[7])  # block_m
         return aligned(*args)
     return experts_in_tiles
 moe_triton.aligned_experts = recording(moe_triton.aligned_experts)
@@ -234,7 +234,7 @@ for block_m in (16, 64, 128):
         out = torch.empty(tokens * top_k, hidden)
         down_operands = (activated_q, activated_scale, down_q, down_scale)
         grouped_fp8_matmul(*down_operands, out, None, *tiles, top_k, down_config)
-        close(sum_pairs(out, top_k, torch.float32), f"{block_m} {gate_up_config} {down_config}")
+        close(sum_pairs(out, ids, experts, torch.float32), f"{block_m} {gate_up_config} {down_config}")
 close(grouped_experts(x, *layer[1:], True), "fused_experts")
 """
     )

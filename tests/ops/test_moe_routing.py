@@ -1,6 +1,6 @@
 """The fused routing kernel of small CUDA batches (`nvllm.ops.moe_route_triton`), in Triton's interpreter:
 its weights, experts, sorted pairs and tile experts against the torch routing (`route`, then
-`padding_follows_first`) and `align_by_expert` over token counts, expert counts, top-k, ties, padding rows
+`padding_to_no_expert`) and `align_by_expert` over token counts, expert counts, top-k, ties, padding rows
 and renormalisation; the same for the routing kernel of larger batches (`nvllm.ops.moe_route_tokens_triton`,
 a program per block of tokens); the experts through them against the torch reference on both sides of the
 fused kernel's limit."""
@@ -120,14 +120,15 @@ for (tokens, experts, top_k), dtype, renormalize, logits_kind, padded in cases:
     # as the fused kernel's: the last fp32 bit, and the interpreter's truncating cast to bf16
     rtol = 1e-6 if dtype == torch.float32 else 2**-7
     torch.testing.assert_close(weights, expected_weights, atol=0, rtol=rtol, msg=lambda m: f"{case}: {m}")
-# a NaN logit makes its row's probabilities NaN, which the stable sort puts first: experts 0, 1, 2; the
-# first token's NaN row is what the padding rows follow
+# a NaN logit makes its row's probabilities NaN, which the stable sort puts first: experts 0, 1, 2; a
+# padding row's NaN changes nothing (no expert, 8)
 logits = torch.randn(70, 8, generator=generator)
-logits[0, 3] = logits[40, 5] = float("nan")
+logits[0, 3] = logits[40, 5] = logits[65, 1] = float("nan")
 padding = torch.arange(70) >= 60
 weights, ids = route_tokens(logits, padding, 3, True)
 expected_weights, expected_ids = route_step(logits, padding, 3, True)
-assert torch.equal(ids, expected_ids) and ids[40].tolist() == ids[65].tolist() == [0, 1, 2], ids
+assert torch.equal(ids, expected_ids) and ids[40].tolist() == [0, 1, 2] and ids[65].tolist() == [8] * 3, ids
+assert weights[60:].eq(0).all()
 torch.testing.assert_close(weights, expected_weights, equal_nan=True)
 # an empty batch: nothing launched, empty outputs
 weights, ids = route_tokens(torch.zeros(0, 8), None, 2, True)

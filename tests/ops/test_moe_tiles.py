@@ -60,7 +60,7 @@ def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
     assert matmul_config(3, 4, gated=True).num_stages == 3  # 0.75 an expert: the second band
 
 
-def test_sum_pairs_adds_each_tokens_choices_in_order():
+def test_sum_pairs_adds_each_tokens_choices_in_order_but_none_of_no_expert():
     run_in_interpreter(
         """
 import torch
@@ -73,10 +73,24 @@ by_token = pairs.view(tokens, top_k, width)
 in_order = by_token[:, 0].clone()
 for choice in range(1, top_k):
     in_order += by_token[:, choice]
-assert torch.equal(sum_pairs(pairs, top_k, torch.float32), in_order)
+experts = 16
+ids = torch.randint(0, experts, (tokens, top_k), generator=generator)
+assert torch.equal(sum_pairs(pairs, ids, experts, torch.float32), in_order)
 # rounded once to bf16 (the interpreter's cast truncates where the GPU's rounds: one bf16 step at most)
-torch.testing.assert_close(sum_pairs(pairs, top_k, torch.bfloat16).float(), in_order, atol=0, rtol=2**-7)
-assert sum_pairs(pairs[:0], top_k, torch.bfloat16).shape == (0, width)
+rounded = sum_pairs(pairs, ids, experts, torch.bfloat16).float()
+torch.testing.assert_close(rounded, in_order, atol=0, rtol=2**-7)
+assert sum_pairs(pairs[:0], ids[:0], experts, torch.bfloat16).shape == (0, width)
+# pairs of no expert (a padding token's, and one choice of a real token) add nothing, NaN rows included
+ids[2] = experts
+ids[0, 3] = experts
+pairs.view(tokens, top_k, width)[2] = float("nan")
+pairs.view(tokens, top_k, width)[0, 3] = float("nan")
+routed = (ids < experts).float()[:, :, None]
+expected = by_token[:, 0].nan_to_num() * routed[:, 0]
+for choice in range(1, top_k):
+    expected += by_token[:, choice].nan_to_num() * routed[:, choice]
+assert torch.equal(sum_pairs(pairs, ids, experts, torch.float32), expected)
+assert expected[2].eq(0).all()
 """
     )
 
