@@ -92,16 +92,15 @@ FP8_INTERMEDIATE_PER_ROW = True
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
 # row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more
-# (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`): the last two bands. The last (prefill) band's gate/up is
-# the sweep's on an H100 (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md), its down the
-# fastest of a few shapes probed there (experiments/results/2026-12-06-h100-intermediate-per-row.md); the
-# others are the groups' table's.
+# (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`): the last two bands. The last (prefill) band's shapes are
+# the fastest of 38 probed on an H100 around the groups' (experiments/results/
+# 2026-12-06-h100-intermediate-per-row.md), not a full sweep; the others are the groups' table's.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
     (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
-    (math.inf, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 128, 4, 4)),
+    (math.inf, GroupedMatmulConfig(128, 128, 8, 4), GroupedMatmulConfig(128, 128, 8, 4)),
 )
 
 # The same for the intermediate in groups (`FP8_INTERMEDIATE_PER_ROW` off): the gate/up kernel's block_n is a
