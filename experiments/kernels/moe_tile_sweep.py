@@ -29,13 +29,15 @@ configurations). With the intermediate a scale a row, as the engine quantizes it
 block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATION_TILE_CONFIGS`;
 `--intermediate-group N` quantizes it in groups of N columns instead (`FP8_INTERMEDIATE_GROUP`), down's
 block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
+`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE`;
+on unquantized activations).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]
 [--gate-up-bf16] [--down-fp16] | --fp8 --fp8-activations [--intermediate-group N | --intermediate-per-row]]
-[--row-tile 32]`"""
+[--pairs-bf16] [--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -209,7 +211,8 @@ def matmul_of_batch(
         # as the engine's op reads them
         operands["a"], operands["a_scale"] = matmul_input(x, kind == "fp8", moe_triton.GATE_UP_IN_FP16)
     else:
-        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=torch.float32)
+        pair_dtype = torch.bfloat16 if moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
+        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=pair_dtype)
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
         operands["a"], operands["a_scale"] = matmul_input(activated, kind == "fp8", moe_triton.DOWN_IN_FP16)
@@ -237,6 +240,7 @@ KERNEL_SETTINGS = (
     (e4m3_to_bf16, "ENABLED"),
     (moe_triton, "GATE_UP_IN_FP16"),
     (moe_triton, "DOWN_IN_FP16"),
+    (moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
     (moe_tiles, "FP8_INTERMEDIATE_PER_ROW"),
     (moe_tiles, "FP8_INTERMEDIATE_GROUP"),
 )
@@ -395,7 +399,12 @@ if __name__ == "__main__":
     intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
     intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
+    help = "down writes the pairs' outputs in bf16, not fp32 (moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
+    parser.add_argument("--pairs-bf16", action="store_true", help=help)
     args = parser.parse_args()
+    if args.pairs_bf16 and args.fp8_activations:
+        parser.error("--pairs-bf16 is down's output on unquantized activations: not with --fp8-activations")
+    moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
     convert_as_asked(parser, args)
     for flag, given in (
         ("--intermediate-per-row", args.intermediate_per_row),

@@ -36,10 +36,15 @@ def layer_inputs(num_tokens: int, seed: int):
     return x, gate_up, down, weights, ids
 
 
+@pytest.mark.parametrize("pairs_in_bf16", [False, True])
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
-def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens):
-    """Decode batches (a few rows an expert, the smallest tile) and prefill (many, larger tiles)."""
-    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens, pairs_in_bf16, monkeypatch):
+    """Decode batches (a few rows an expert, the smallest tile) and prefill (many, larger tiles); the pairs'
+    outputs in fp32 or in bf16 (`moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
+    from nvllm.ops import moe_triton  # needs triton: CUDA machines only
+    from nvllm.ops.moe_triton import grouped_experts
+
+    monkeypatch.setattr(moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     fp32 = layer_inputs(num_tokens, seed=num_tokens)
     bf16 = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in fp32]
@@ -51,12 +56,18 @@ def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens):
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 
 
+@pytest.mark.parametrize("pairs_in_bf16", [False, True])
 @pytest.mark.parametrize("num_tokens", [1, 64, 256, 4096])
-def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_noise(num_tokens):
+def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_noise(
+    num_tokens, pairs_in_bf16, monkeypatch
+):
     """The experts quantized a scale per row (`model.quantization=fp8`): the kernels, on bf16 activations,
     against the reference's fp32 product with the same fp8 experts, no further from it than the reference
-    computed in bf16."""
-    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
+    computed in bf16; the pairs' outputs in fp32 or in bf16."""
+    from nvllm.ops import moe_triton  # needs triton: CUDA machines only
+    from nvllm.ops.moe_triton import grouped_experts
+
+    monkeypatch.setattr(moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)

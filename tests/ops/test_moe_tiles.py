@@ -60,6 +60,43 @@ def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
     assert matmul_config(3, 4, gated=True).num_stages == 3  # 0.75 an expert: the second band
 
 
+def test_pairs_written_in_the_input_dtype_are_each_rounded_once_and_summed_in_fp32():
+    """`PAIR_OUTPUTS_IN_INPUT_DTYPE`: down writes each pair's output in the activations' dtype (fp16 here:
+    the interpreter rounds its casts to fp16 as torch does), `sum_pairs` adds them in fp32 and rounds once:
+    the fp32 pairs' outputs, each rounded, then summed."""
+    run_in_interpreter(
+        """
+import torch
+from nvllm.ops import moe_triton
+from nvllm.ops.moe_routing import padding_to_no_expert, route
+from nvllm.ops.moe_tiles import row_tile
+from nvllm.ops.moe_triton import align_by_expert, grouped_experts, unquantized_activation_pair_outputs
+generator = torch.Generator().manual_seed(0)
+tokens, experts, top_k, hidden, intermediate = 24, 8, 3, 64, 48
+x = torch.randn(tokens, hidden, generator=generator).half()
+gate_up = (torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5).half()
+down = (torch.randn(experts, hidden, intermediate, generator=generator) / intermediate**0.5).half()
+weights, ids = route(torch.randn(tokens, experts, generator=generator), top_k, renormalize=True)
+weights, ids = padding_to_no_expert(weights.half(), ids, torch.arange(tokens) >= tokens - 2, experts)
+block_m = row_tile(tokens * top_k, experts)
+sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
+pairs = unquantized_activation_pair_outputs(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)
+assert pairs.dtype == torch.float32
+routed = (ids < experts).flatten()[:, None]
+rounded = torch.where(routed, pairs, 0).half().float().view(tokens, top_k, hidden)
+expected = rounded[:, 0].clone()
+for choice in range(1, top_k):
+    expected += rounded[:, choice]
+in_fp32 = grouped_experts(x, gate_up, down, weights, ids)
+moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
+ours = grouped_experts(x, gate_up, down, weights, ids)
+assert ours.dtype == torch.float16 and torch.equal(ours, expected.half())
+assert not torch.equal(ours, in_fp32)  # the pairs' rounding shows
+assert ours[-2:].eq(0).all()
+"""
+    )
+
+
 def test_sum_pairs_adds_each_tokens_choices_in_order_but_none_of_no_expert():
     run_in_interpreter(
         """
