@@ -29,8 +29,7 @@ configurations). With the intermediate a scale a row, as the engine quantizes it
 block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATION_TILE_CONFIGS`;
 `--intermediate-group N` quantizes it in groups of N columns instead (`FP8_INTERMEDIATE_GROUP`), down's
 block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
-`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE`;
-on unquantized activations).
+`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
@@ -64,7 +63,7 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
+from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_ops, moe_tiles, moe_triton
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_TILE_CONFIGS,
@@ -180,9 +179,15 @@ def fp8_activation_matmul(
         out_scale = None if per_row else activated_scale
         operands = (*moe_fp8_triton.quantize_tokens(x), gate_up, gate_up_scale, out, out_scale)
     else:
-        out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=torch.float32)
+        out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=pair_output_dtype())
         operands = (activated, activated_scale, down, down_scale, out, None)
     return functools.partial(grouped_fp8_matmul, *operands, **tiles, top_k=TOP_K)
+
+
+def pair_output_dtype() -> torch.dtype:
+    """The dtype down writes the pairs' outputs in, as the engine's op does (the layer's activations are
+    bf16)."""
+    return torch.bfloat16 if moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
 
 
 def matmul_of_batch(
@@ -211,8 +216,7 @@ def matmul_of_batch(
         # as the engine's op reads them
         operands["a"], operands["a_scale"] = matmul_input(x, kind == "fp8", moe_triton.GATE_UP_IN_FP16)
     else:
-        pair_dtype = torch.bfloat16 if moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
-        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=pair_dtype)
+        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=pair_output_dtype())
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
         operands["a"], operands["a_scale"] = matmul_input(activated, kind == "fp8", moe_triton.DOWN_IN_FP16)
@@ -240,7 +244,7 @@ KERNEL_SETTINGS = (
     (e4m3_to_bf16, "ENABLED"),
     (moe_triton, "GATE_UP_IN_FP16"),
     (moe_triton, "DOWN_IN_FP16"),
-    (moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
+    (moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
     (moe_tiles, "FP8_INTERMEDIATE_PER_ROW"),
     (moe_tiles, "FP8_INTERMEDIATE_GROUP"),
 )
@@ -399,12 +403,10 @@ if __name__ == "__main__":
     intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
     intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
-    help = "down writes the pairs' outputs in bf16, not fp32 (moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
+    help = "down writes the pairs' outputs in bf16, not fp32 (moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
     parser.add_argument("--pairs-bf16", action="store_true", help=help)
     args = parser.parse_args()
-    if args.pairs_bf16 and args.fp8_activations:
-        parser.error("--pairs-bf16 is down's output on unquantized activations: not with --fp8-activations")
-    moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
+    moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
     convert_as_asked(parser, args)
     for flag, given in (
         ("--intermediate-per-row", args.intermediate_per_row),

@@ -40,11 +40,11 @@ def layer_inputs(num_tokens: int, seed: int):
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
 def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens, pairs_in_bf16, monkeypatch):
     """Decode batches (a few rows an expert, the smallest tile) and prefill (many, larger tiles); the pairs'
-    outputs in fp32 or in bf16 (`moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
-    from nvllm.ops import moe_triton  # needs triton: CUDA machines only
-    from nvllm.ops.moe_triton import grouped_experts
+    outputs in fp32 or in bf16 (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
+    from nvllm.ops import moe_ops
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
-    monkeypatch.setattr(moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     fp32 = layer_inputs(num_tokens, seed=num_tokens)
     bf16 = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in fp32]
@@ -64,10 +64,10 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     """The experts quantized a scale per row (`model.quantization=fp8`): the kernels, on bf16 activations,
     against the reference's fp32 product with the same fp8 experts, no further from it than the reference
     computed in bf16; the pairs' outputs in fp32 or in bf16."""
-    from nvllm.ops import moe_triton  # needs triton: CUDA machines only
-    from nvllm.ops.moe_triton import grouped_experts
+    from nvllm.ops import moe_ops
+    from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
-    monkeypatch.setattr(moe_triton, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
@@ -79,9 +79,11 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 
 
-@pytest.mark.parametrize("per_row", [False, True])
+@pytest.mark.parametrize("per_row, pairs_in_bf16", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
-def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens, per_row, monkeypatch):
+def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
+    num_tokens, per_row, pairs_in_bf16, monkeypatch
+):
     """fp8 experts on fp8 activations (`model.fp8_activations`) against the torch reference of the same
     quantization. They differ by the order of fp32 sums (and the fp8 MMA's accumulation), and by the
     elements of the intermediate whose e4m3 rounding that flips: far less than the activations'
@@ -95,11 +97,13 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(num_tokens, 
     token 0.33 % from the reference at 64 tokens, 1.17 % at 4,096, the whole output 0.09 % and 0.12 %;
     experiments/results/2026-12-05-cpu-fp8-activation-error-by-rows.md), while a fault confined to a few
     rows moves them far more than that. `per_row`: the intermediate quantized a scale per row
-    (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`), the reference so too."""
-    from nvllm.ops import moe_tiles
+    (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`), the reference so too; `pairs_in_bf16`: the pairs' outputs
+    rounded to bf16 before their sum (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`), the reference's too."""
+    from nvllm.ops import moe_ops, moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
     monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
+    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)

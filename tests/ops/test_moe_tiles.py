@@ -61,15 +61,19 @@ def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
 
 
 def test_pairs_written_in_the_input_dtype_are_each_rounded_once_and_summed_in_fp32():
-    """`PAIR_OUTPUTS_IN_INPUT_DTYPE`: down writes each pair's output in the activations' dtype (fp16 here:
-    the interpreter rounds its casts to fp16 as torch does), `sum_pairs` adds them in fp32 and rounds once:
-    the fp32 pairs' outputs, each rounded, then summed."""
+    """`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`: down writes each pair's output in the activations' dtype
+    (fp16 here: the interpreter rounds its casts to fp16 as torch does), `sum_pairs` adds them in fp32 and
+    rounds once: the fp32 pairs' outputs, each rounded, then summed; on unquantized activations and on fp8
+    ones, and the torch reference of fp8 activations rounds its pairs so too."""
     run_in_interpreter(
         """
 import torch
-from nvllm.ops import moe_triton
+from nvllm.ops import moe_ops
 from nvllm.ops.moe_routing import padding_to_no_expert, route
 from nvllm.ops.moe_tiles import row_tile
+from nvllm.ops.fp8 import quantize_rows
+from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
+from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_triton import align_by_expert, grouped_experts, unquantized_activation_pair_outputs
 generator = torch.Generator().manual_seed(0)
 tokens, experts, top_k, hidden, intermediate = 24, 8, 3, 64, 48
@@ -87,12 +91,33 @@ rounded = torch.where(routed, pairs, 0).half().float().view(tokens, top_k, hidde
 expected = rounded[:, 0].clone()
 for choice in range(1, top_k):
     expected += rounded[:, choice]
+def rounded_sum(pairs):
+    rounded = torch.where(routed, pairs, 0).half().float().view(tokens, top_k, hidden)
+    total = rounded[:, 0].clone()
+    for choice in range(1, top_k):
+        total += rounded[:, choice]
+    return total.half()
+
+
 in_fp32 = grouped_experts(x, gate_up, down, weights, ids)
-moe_triton.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
+# fp8 experts on fp8 activations
+(gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up.float()), quantize_rows(down.float())
+fp8 = (gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
+fp8_block_m = row_tile(tokens * top_k, experts, quantized_activations=True)
+fp8_tiles = align_by_expert(ids, experts, fp8_block_m)
+fp8_pairs = fp8_activation_pair_outputs(x, gate_up_q, down_q, weights, *fp8_tiles, fp8_block_m, *fp8[4:])
+fp8_in_fp32 = grouped_experts(x, *fp8, True)
+reference_in_fp32 = experts_reference(x, *fp8, quantize_activations=True)
+moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
 ours = grouped_experts(x, gate_up, down, weights, ids)
 assert ours.dtype == torch.float16 and torch.equal(ours, expected.half())
 assert not torch.equal(ours, in_fp32)  # the pairs' rounding shows
 assert ours[-2:].eq(0).all()
+ours = grouped_experts(x, *fp8, True)
+assert torch.equal(ours, rounded_sum(fp8_pairs)) and not torch.equal(ours, fp8_in_fp32)
+reference = experts_reference(x, *fp8, quantize_activations=True)
+assert not torch.equal(reference, reference_in_fp32)
+torch.testing.assert_close(ours, reference, atol=1e-5 * reference.abs().max().item(), rtol=1e-3)
 """
     )
 
