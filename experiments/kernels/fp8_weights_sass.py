@@ -154,9 +154,7 @@ def grouped_fp8_activations(
     if row_scales is None:
         row_scales = moe_tiles.FP8_INTERMEDIATE_PER_ROW
     block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True)
-    table = (
-        moe_tiles.FP8_ACTIVATION_TILE_CONFIGS if row_scales else moe_tiles.FP8_ACTIVATION_GROUP_TILE_CONFIGS
-    )
+    _, table = moe_tiles.fp8_activation_table(row_scales)
     _, gate_up_config, down_config = table[moe_tiles.config_band(pairs, 128)]
     config = config or (gate_up_config if gated else down_config)
     signature = {

@@ -82,13 +82,13 @@ def experts_reference(
     quantize_activations: bool = False,
 ) -> torch.Tensor:
     """`sum_j w[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t))` over each token's chosen experts e = ids[t, j].
-    `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]; fp8
-    experts come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`),
-    and with `quantize_activations` multiply quantized activations (`quantized_activations_expert`; the
-    pairs then summed in fp32, each first rounded to `x`'s dtype where `PAIR_OUTPUTS_IN_INPUT_DTYPE`, and
-    rounded once). The (token, choice) pairs are sorted by expert once; each
-    expert that has tokens runs on all of them at once (the host reads how many each has). Pairs of expert
-    E, one past the last, go to no expert (`nvllm.ops.moe_routing.padding_to_no_expert`) and add nothing."""
+    `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]; fp8 experts
+    come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`), and with
+    `quantize_activations` multiply quantized activations (`quantized_activations_expert`; the pairs then
+    summed in fp32, each first rounded to `x`'s dtype where `PAIR_OUTPUTS_IN_INPUT_DTYPE`, and rounded once).
+    The (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
+    once (the host reads how many each has). Pairs of expert E, one past the last, go to no expert
+    (`nvllm.ops.moe_routing.padding_to_no_expert`) and add nothing."""
     top_k = topk_ids.shape[1]
     num_experts = gate_up.shape[0]
     pairs_by_expert = topk_ids.flatten().argsort(stable=True)

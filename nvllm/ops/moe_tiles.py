@@ -86,8 +86,8 @@ FP8_INTERMEDIATE_GROUP = 64
 # Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
 # down kernel then accumulates in its MMAs as gate/up does, rather than scaling each group's sums, and the
 # groups' launch rules do not apply. Under tensor parallelism a rank holds a slice of each row and scales
-# that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer was 4-9 % faster than in groups of
-# 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
+# that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer was 8.5-10.4 % faster than in
+# groups of 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
 FP8_INTERMEDIATE_PER_ROW = True
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
@@ -118,10 +118,12 @@ FP8_ACTIVATION_GROUP_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, Group
 )
 
 
-def fp8_activation_table() -> tuple[str, tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]]:
-    """The name and the table of the matmuls on fp8 activations for the intermediate's quantization now
-    (`FP8_INTERMEDIATE_PER_ROW`)."""
-    if FP8_INTERMEDIATE_PER_ROW:
+def fp8_activation_table(
+    per_row: bool | None = None,
+) -> tuple[str, tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]]:
+    """The name and the table of the matmuls on fp8 activations for the intermediate a scale a row
+    (`per_row`) or in groups; None: as it is quantized now (`FP8_INTERMEDIATE_PER_ROW`)."""
+    if FP8_INTERMEDIATE_PER_ROW if per_row is None else per_row:
         return "FP8_ACTIVATION_TILE_CONFIGS", FP8_ACTIVATION_TILE_CONFIGS
     return "FP8_ACTIVATION_GROUP_TILE_CONFIGS", FP8_ACTIVATION_GROUP_TILE_CONFIGS
 

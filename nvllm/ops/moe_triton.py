@@ -2,9 +2,8 @@
 
 The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, one kernel: no host
 sync, static shapes, so the op is captured in CUDA graphs); a padding token's pairs, routed to no expert,
-are in no run. Each expert's run of pairs is padded to
-a whole number of row tiles, and each tile knows its expert; padding slots hold an index past the last pair
-and are masked. Then:
+are in no run. Each expert's run of pairs is padded to a whole number of row tiles, and each tile knows its
+expert; padding slots hold an index past the last pair and are masked. Then:
 - gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
   in the epilogue, written at each pair's row of an `[pairs, I]` intermediate;
 - down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
