@@ -11,7 +11,7 @@ skinny experts multiply in fp32 and always take Triton's conversion);
 quantization kernel included in the time); `--gate-up-bf16` and `--down-fp16` set which of fp8 experts'
 matmuls read their bf16 input as fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`, `DOWN_IN_FP16`; the
 conversion's kernel included in the time); `--pairs-bf16` has down write each pair's output in bf16, not
-fp32 (`nvllm.ops.moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
+fp32 (`nvllm.ops.moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
 
 `--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
@@ -34,7 +34,7 @@ import triton
 
 from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import moe_skinny_triton
+from nvllm.ops import moe_skinny_triton, moe_tiles
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_routing import padding_to_no_expert, route
@@ -181,11 +181,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fp8_arguments(parser, "experts", activations=True)
     parser.add_argument("--skinny", action="store_true", help="the skinny experts beside (few tokens)")
-    help = "down writes the pairs' outputs in bf16, not fp32 (moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
+    help = "down writes the pairs' outputs in bf16, not fp32 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
     parser.add_argument("--pairs-bf16", action="store_true", help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    from nvllm.ops import moe_ops
-
-    moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
+    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
     main(args.fp8, args.fp8_activations, args.skinny)

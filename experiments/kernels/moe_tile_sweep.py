@@ -29,7 +29,7 @@ configurations). With the intermediate a scale a row, as the engine quantizes it
 block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATION_TILE_CONFIGS`;
 `--intermediate-group N` quantizes it in groups of N columns instead (`FP8_INTERMEDIATE_GROUP`), down's
 block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
-`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
+`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
@@ -63,7 +63,7 @@ from experiments.kernels.moe_bench import (
     routed_batch,
 )
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_ops, moe_tiles, moe_triton
+from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_TILE_CONFIGS,
@@ -187,7 +187,7 @@ def fp8_activation_matmul(
 def pair_output_dtype() -> torch.dtype:
     """The dtype down writes the pairs' outputs in, as the engine's op does (the layer's activations are
     bf16)."""
-    return torch.bfloat16 if moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
+    return torch.bfloat16 if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
 
 
 def matmul_of_batch(
@@ -244,7 +244,7 @@ KERNEL_SETTINGS = (
     (e4m3_to_bf16, "ENABLED"),
     (moe_triton, "GATE_UP_IN_FP16"),
     (moe_triton, "DOWN_IN_FP16"),
-    (moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
+    (moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
     (moe_tiles, "FP8_INTERMEDIATE_PER_ROW"),
     (moe_tiles, "FP8_INTERMEDIATE_GROUP"),
 )
@@ -403,10 +403,10 @@ if __name__ == "__main__":
     intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
     intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
-    help = "down writes the pairs' outputs in bf16, not fp32 (moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
+    help = "down writes the pairs' outputs in bf16, not fp32 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
     parser.add_argument("--pairs-bf16", action="store_true", help=help)
     args = parser.parse_args()
-    moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
+    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
     convert_as_asked(parser, args)
     for flag, given in (
         ("--intermediate-per-row", args.intermediate_per_row),

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops import moe_ops, moe_tiles
+from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import FP8, FP8_MAX
 from nvllm.ops.moe_tiles import GroupedMatmulConfig, fp8_activation_config
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
@@ -212,7 +212,7 @@ def _grouped_fp8_matmul_kernel(
             acc = acc * tl.load(a_scale_ptr + slots)[None, :]
         acc = acc * tl.load(pair_weights_ptr + pairs, valid, 0.0).to(tl.float32)[None, :]
         out = out_ptr + pairs[None, :] * stride_om + columns[:, None]
-        if out_ptr.dtype.element_ty == tl.bfloat16:  # `moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`
+        if out_ptr.dtype.element_ty == tl.bfloat16:  # `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`
             tl.store(out, round_to_bf16(acc).to(tl.bfloat16), valid[None, :] & inside[:, None])
         else:
             tl.store(out, acc.to(out_ptr.dtype.element_ty), valid[None, :] & inside[:, None])
@@ -242,7 +242,7 @@ def grouped_fp8_matmul(
     Down: `a` and `a_scale` are the quantized intermediate, a scale per group and slot (`config.block_k` is
     the group: a step of the loop scales one group) or per slot (`[slots]`), and `out` `[pairs, N]` gets
     each pair's row times its routing weight, in `out`'s dtype (fp32, or the activations' where
-    `moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`; `out_scale` None)."""
+    `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`; `out_scale` None)."""
     n = out.shape[1]
     gated = w.shape[1] == 2 * n
     assert a.dtype == w.dtype == FP8 and w_scale.shape == w.shape[:2]
@@ -310,7 +310,7 @@ def fp8_activation_pair_outputs(
 ) -> torch.Tensor:
     """Each (token, choice) pair's output of fp8 experts on quantized activations (the module docstring),
     times its routing weight, `[pairs, H]` in fp32 (in `x`'s dtype where
-    `moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`): what `nvllm.ops.moe_triton.aligned_experts` sums into
+    `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`): what `nvllm.ops.moe_triton.aligned_experts` sums into
     `experts_reference(..., quantize_activations=True)`'s result."""
     num_tokens, top_k = topk_weights.shape
     num_experts, intermediate = gate_up.shape[0], down.shape[2]
@@ -333,7 +333,7 @@ def fp8_activation_pair_outputs(
         grouped_fp8_matmul(
             x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config
         )
-    pair_dtype = x.dtype if moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
+    pair_dtype = x.dtype if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_dtype, device=x.device)
     grouped_fp8_matmul(
         activated, activated_scale, down, down_scale, weighted, None, *tiles, top_k, down_config

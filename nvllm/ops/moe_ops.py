@@ -24,13 +24,6 @@ from nvllm.ops.op_library import inference_op, register_fake
 # (experiments/results/2026-12-05-h100-moe-fp8-activations-by-batch.md).
 FP8_ACTIVATIONS_MIN_TOKENS = 1024
 
-# Where this is on, the experts' down matmul writes each pair's weighted output in the activations' dtype
-# (bf16) rather than fp32, and the sum of a token's pairs still adds them in fp32 and rounds once: half the
-# bytes written and read between the two kernels, each pair's output rounded once more, as vLLM's fused MoE
-# rounds it. The reference rounds so too (on bf16 activations it always did: its pairs are bf16 products).
-# Off until a GPU times it.
-PAIR_OUTPUTS_IN_INPUT_DTYPE = False
-
 
 def quantizes_activations(num_tokens: int, fp8_activations: bool) -> bool:
     """Whether the experts multiply quantized activations in a batch of `num_tokens`, `model.fp8_activations`
@@ -85,10 +78,10 @@ def experts_reference(
     `x` [T, H], `gate_up` [E, 2I, H] (gate rows, then up rows), `down` [E, H, I], `topk_*` [T, k]; fp8 experts
     come with a scale per row, `gate_up_scale` [E, 2I] and `down_scale` [E, H] (`nvllm.ops.fp8`), and with
     `quantize_activations` multiply quantized activations (`quantized_activations_expert`; the pairs then
-    summed in fp32, each first rounded to `x`'s dtype where `PAIR_OUTPUTS_IN_INPUT_DTYPE`, and rounded once).
-    The (token, choice) pairs are sorted by expert once; each expert that has tokens runs on all of them at
-    once (the host reads how many each has). Pairs of expert E, one past the last, go to no expert
-    (`nvllm.ops.moe_routing.padding_to_no_expert`) and add nothing."""
+    summed in fp32, each first rounded to `x`'s dtype where `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`, and
+    rounded once). The (token, choice) pairs are sorted by expert once; each expert that has tokens runs on
+    all of them at once (the host reads how many each has). Pairs of expert E, one past the last, go to no
+    expert (`nvllm.ops.moe_routing.padding_to_no_expert`) and add nothing."""
     top_k = topk_ids.shape[1]
     num_experts = gate_up.shape[0]
     pairs_by_expert = topk_ids.flatten().argsort(stable=True)
@@ -108,7 +101,7 @@ def experts_reference(
             gate, up = expert_matmul(x[tokens], gate_up, gate_up_scale, expert).chunk(2, -1)
             y = expert_matmul(F.silu(gate) * up, down, down_scale, expert)
         weighted = y * pair_weights[pairs, None]
-        if quantize_activations and PAIR_OUTPUTS_IN_INPUT_DTYPE:
+        if quantize_activations and moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE:
             weighted = weighted.to(x.dtype).float()
         out.index_add_(0, tokens, weighted)
         start += count

@@ -2,8 +2,9 @@
 tile, chosen by the mean number of (token, expert) pairs per expert (decode batches leave most experts a few
 rows, prefill gives them many), and the rest of each matmul's launch shape (columns and reduction slice per
 program, warps, pipeline depth) from a table by the same mean, finer banded, one table per kind of operands
-(`experiments/kernels/moe_tile_sweep.py` measures them). Plain Python: the engine's config checks read it
-without Triton."""
+(`experiments/kernels/moe_tile_sweep.py` measures them); and the settings of what the kernels round that
+the torch reference (`nvllm.ops.moe_ops`) follows too (the fp8-activation intermediate's scales, the pairs'
+outputs' dtype). Plain Python: the engine's config checks and the reference read it without Triton."""
 
 from __future__ import annotations
 
@@ -89,6 +90,13 @@ FP8_INTERMEDIATE_GROUP = 64
 # that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer was 8.5-10.4 % faster than in
 # groups of 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
 FP8_INTERMEDIATE_PER_ROW = True
+
+# Where this is on, the experts' down matmul writes each pair's weighted output in the activations' dtype
+# (bf16) rather than fp32, and the sum of a token's pairs still adds them in fp32 and rounds once: half the
+# bytes written and read between the two kernels, each pair's output rounded once more, as vLLM's fused MoE
+# rounds it. The reference rounds so too (on bf16 activations it always did: its pairs are bf16 products).
+# Off until a GPU times it.
+PAIR_OUTPUTS_IN_INPUT_DTYPE = False
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
 # row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more

@@ -7,7 +7,7 @@ expert; padding slots hold an index past the last pair and are masked. Then:
 - gate/up: a tile of pairs' input rows against its expert's packed `[gate; up]` weight, `silu(gate) * up`
   in the epilogue, written at each pair's row of an `[pairs, I]` intermediate;
 - down: the intermediate's rows against the expert's down weight, times the pair's routing weight in the
-  epilogue, in fp32 (or bf16, `nvllm.ops.moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`) at each pair's row;
+  epilogue, in fp32 (or bf16, `nvllm.ops.moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`) at each pair's row;
 - the k pairs of a token summed in a fixed order (no atomics: the same inputs give the same bits) and
   rounded once, by a kernel of its own (`sum_pairs`), which adds no pair of no expert.
 Experts in fp8 (`model.quantization=fp8`) are read as they are stored, a byte an element: each tile of weight
@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops import moe_ops
+from nvllm.ops import moe_tiles
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
@@ -322,7 +322,7 @@ def sum_pairs(
     pair_outputs: torch.Tensor, topk_ids: torch.Tensor, num_experts: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """Each token's `top_k` consecutive rows of the contiguous `pair_outputs` `[T * top_k, H]` (fp32, or the
-    activations' dtype where `moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`) summed in fp32 in order (choice 0 first)
+    activations' dtype where `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`) summed in fp32 in order (choice 0 first)
     and rounded once to `dtype`: `[T, H]`. The pairs `topk_ids` `[T, top_k]` sends to no expert
     (`num_experts`: a padding token's, `nvllm.ops.moe_routing.padding_to_no_expert`) add nothing: nobody wrote
     their rows."""
@@ -422,7 +422,7 @@ def unquantized_activation_pair_outputs(
     down_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Each (token, choice) pair's output of the experts on `x` as it is (bf16 and fp8 experts alike), times
-    its routing weight, `[pairs, H]` in fp32 (in `x`'s dtype where `moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
+    its routing weight, `[pairs, H]` in fp32 (in `x`'s dtype where `moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
     Where `GATE_UP_IN_FP16`, fp8 experts' gate/up reads bf16 `x` as fp16 rows with a scale each, exactly
     (`nvllm.ops.fp16_rows`); where `DOWN_IN_FP16`, down reads gate/up's output so too."""
     num_tokens, top_k = topk_weights.shape
@@ -447,7 +447,7 @@ def unquantized_activation_pair_outputs(
         w_scale=gate_up_scale,
         a_scale=input_scale,
     )
-    pair_dtype = x.dtype if moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
+    pair_dtype = x.dtype if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
     weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_dtype, device=x.device)
     down_input, activated_scale = matmul_input(activated, fp8, DOWN_IN_FP16)
     down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)

@@ -40,11 +40,11 @@ def layer_inputs(num_tokens: int, seed: int):
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
 def test_the_grouped_matmuls_equal_the_reference_within_bf16_noise(num_tokens, pairs_in_bf16, monkeypatch):
     """Decode batches (a few rows an expert, the smallest tile) and prefill (many, larger tiles); the pairs'
-    outputs in fp32 or in bf16 (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
-    from nvllm.ops import moe_ops
+    outputs in fp32 or in bf16 (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
+    from nvllm.ops import moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
-    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     fp32 = layer_inputs(num_tokens, seed=num_tokens)
     bf16 = [t.to(torch.bfloat16) if t.is_floating_point() else t for t in fp32]
@@ -64,10 +64,10 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     """The experts quantized a scale per row (`model.quantization=fp8`): the kernels, on bf16 activations,
     against the reference's fp32 product with the same fp8 experts, no further from it than the reference
     computed in bf16; the pairs' outputs in fp32 or in bf16."""
-    from nvllm.ops import moe_ops
+    from nvllm.ops import moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
-    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
@@ -98,12 +98,12 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
     experiments/results/2026-12-05-cpu-fp8-activation-error-by-rows.md), while a fault confined to a few
     rows moves them far more than that. `per_row`: the intermediate quantized a scale per row
     (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`), the reference so too; `pairs_in_bf16`: the pairs' outputs
-    rounded to bf16 before their sum (`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`), the reference's too."""
-    from nvllm.ops import moe_ops, moe_tiles
+    rounded to bf16 before their sum (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`), the reference's too."""
+    from nvllm.ops import moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
     monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
-    monkeypatch.setattr(moe_ops, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)

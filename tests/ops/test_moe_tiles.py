@@ -61,14 +61,14 @@ def test_matmul_config_picks_the_band_of_the_mean_pairs_per_expert(monkeypatch):
 
 
 def test_pairs_written_in_the_input_dtype_are_each_rounded_once_and_summed_in_fp32():
-    """`moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE`: down writes each pair's output in the activations' dtype
+    """`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`: down writes each pair's output in the activations' dtype
     (fp16 here: the interpreter rounds its casts to fp16 as torch does), `sum_pairs` adds them in fp32 and
     rounds once: the fp32 pairs' outputs, each rounded, then summed; on unquantized activations and on fp8
     ones, and the torch reference of fp8 activations rounds its pairs so too."""
     run_in_interpreter(
         """
 import torch
-from nvllm.ops import moe_ops
+from nvllm.ops import moe_tiles
 from nvllm.ops.moe_routing import padding_to_no_expert, route
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.fp8 import quantize_rows
@@ -108,7 +108,7 @@ fp8_tiles = align_by_expert(ids, experts, fp8_block_m)
 fp8_pairs = fp8_activation_pair_outputs(x, gate_up_q, down_q, weights, *fp8_tiles, fp8_block_m, *fp8[4:])
 fp8_in_fp32 = grouped_experts(x, *fp8, True)
 reference_in_fp32 = experts_reference(x, *fp8, quantize_activations=True)
-moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
+moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
 ours = grouped_experts(x, gate_up, down, weights, ids)
 assert ours.dtype == torch.float16 and torch.equal(ours, expected.half())
 assert not torch.equal(ours, in_fp32)  # the pairs' rounding shows

@@ -1,4 +1,4 @@
-# The pairs' outputs in bf16 (moe_ops.PAIR_OUTPUTS_IN_INPUT_DTYPE): its GPU tests, and the layer with and
+# The pairs' outputs in bf16 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE): its GPU tests, and the layer with and
 # without it on bf16 activations (decode) and on fp8 activations (prefill). About 5 minutes.
 set -u
 source .device/prep.sh
