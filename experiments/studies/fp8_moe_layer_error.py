@@ -1,6 +1,8 @@
 """How far one mixture-of-experts layer of Qwen3-30B-A3B's shape (hidden 2048, 128 experts of 768, 8 a
 token) moves from float32 with its experts in bf16, in fp8 (`model.quantization=fp8`: bf16 activations),
-and in fp8 on fp8 activations (`model.fp8_activations`): the torch reference
+and in fp8 on fp8 activations (`model.fp8_activations`; its intermediate a scale a row, as the engine
+quantizes it, and in groups of 64 and 128 columns, `nvllm.ops.moe_tiles.FP8_INTERMEDIATE_*`): the torch
+reference
 (`nvllm.ops.moe_ops.experts_reference`) on random weights and gaussian hidden states, with and without a
 few outlier channels (as trained models' hidden states have), on the CPU. Printed: each one's largest
 per-token relative L2 error to float32.
@@ -13,12 +15,15 @@ import argparse
 
 import torch
 
+from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route
 
 HIDDEN, NUM_EXPERTS, TOP_K, INTERMEDIATE = 2048, 128, 8, 768
 OUTLIER_CHANNELS, OUTLIER_SCALE = 8, 50
+# (FP8_INTERMEDIATE_PER_ROW, FP8_INTERMEDIATE_GROUP): a scale a row, groups of 64, groups of 128
+INTERMEDIATE_QUANTIZATIONS = ((True, 64), (False, 64), (False, 128))
 
 
 def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
@@ -27,6 +32,7 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def main(tokens: int) -> None:
+    engine_quantization = (moe_tiles.FP8_INTERMEDIATE_PER_ROW, moe_tiles.FP8_INTERMEDIATE_GROUP)
     torch.manual_seed(0)
     gate_up = torch.randn(NUM_EXPERTS, 2 * INTERMEDIATE, HIDDEN) * HIDDEN**-0.5
     down = torch.randn(NUM_EXPERTS, HIDDEN, INTERMEDIATE) * INTERMEDIATE**-0.5
@@ -41,9 +47,14 @@ def main(tokens: int) -> None:
         bf16 = experts_reference(x, gate_up.bfloat16(), down.bfloat16(), weights, ids)
         fp8_experts = (gate_up_q, down_q, weights, ids, gate_up_scale, down_scale)
         fp8 = experts_reference(x, *fp8_experts)
-        fp8_activations = experts_reference(x, *fp8_experts, quantize_activations=True)
+        errors = {"bf16": bf16, "fp8 experts": fp8}
+        for per_row, group in INTERMEDIATE_QUANTIZATIONS:
+            moe_tiles.FP8_INTERMEDIATE_PER_ROW, moe_tiles.FP8_INTERMEDIATE_GROUP = per_row, group
+            name = "a scale a row" if per_row else f"groups of {group}"
+            activations = experts_reference(x, *fp8_experts, quantize_activations=True)
+            errors[f"fp8 experts on fp8 activations, the intermediate {name}"] = activations
+        moe_tiles.FP8_INTERMEDIATE_PER_ROW, moe_tiles.FP8_INTERMEDIATE_GROUP = engine_quantization
         label = f"{OUTLIER_CHANNELS} channels x{OUTLIER_SCALE}" if outliers else "gaussian"
-        errors = {"bf16": bf16, "fp8 experts": fp8, "fp8 experts on fp8 activations": fp8_activations}
         print(
             f"{tokens} tokens, {label}: relative error to float32 (largest token): "
             + ", ".join(f"{name} {relative_error(y.float(), exact):.4f}" for name, y in errors.items())
