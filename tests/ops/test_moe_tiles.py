@@ -87,10 +87,9 @@ sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
 pairs = unquantized_activation_pair_outputs(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)
 assert pairs.dtype == torch.float32
 routed = (ids < experts).flatten()[:, None]
-rounded = torch.where(routed, pairs, 0).half().float().view(tokens, top_k, hidden)
-expected = rounded[:, 0].clone()
-for choice in range(1, top_k):
-    expected += rounded[:, choice]
+
+
+# each routed pair's fp32 output rounded to fp16, a token's summed in fp32 in order, rounded once
 def rounded_sum(pairs):
     rounded = torch.where(routed, pairs, 0).half().float().view(tokens, top_k, hidden)
     total = rounded[:, 0].clone()
@@ -110,7 +109,7 @@ fp8_in_fp32 = grouped_experts(x, *fp8, True)
 reference_in_fp32 = experts_reference(x, *fp8, quantize_activations=True)
 moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = True
 ours = grouped_experts(x, gate_up, down, weights, ids)
-assert ours.dtype == torch.float16 and torch.equal(ours, expected.half())
+assert ours.dtype == torch.float16 and torch.equal(ours, rounded_sum(pairs))
 assert not torch.equal(ours, in_fp32)  # the pairs' rounding shows
 assert ours[-2:].eq(0).all()
 ours = grouped_experts(x, *fp8, True)
