@@ -179,15 +179,11 @@ def fp8_activation_matmul(
         out_scale = None if per_row else activated_scale
         operands = (*moe_fp8_triton.quantize_tokens(x), gate_up, gate_up_scale, out, out_scale)
     else:
-        out = torch.empty(x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=pair_output_dtype())
+        out = torch.empty(
+            x.shape[0] * TOP_K, HIDDEN, device="cuda", dtype=moe_tiles.pair_output_dtype(torch.bfloat16)
+        )
         operands = (activated, activated_scale, down, down_scale, out, None)
     return functools.partial(grouped_fp8_matmul, *operands, **tiles, top_k=TOP_K)
-
-
-def pair_output_dtype() -> torch.dtype:
-    """The dtype down writes the pairs' outputs in, as the engine's op does (the layer's activations are
-    bf16)."""
-    return torch.bfloat16 if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
 
 
 def matmul_of_batch(
@@ -216,7 +212,7 @@ def matmul_of_batch(
         # as the engine's op reads them
         operands["a"], operands["a_scale"] = matmul_input(x, kind == "fp8", moe_triton.GATE_UP_IN_FP16)
     else:
-        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=pair_output_dtype())
+        out = torch.empty(num_pairs, HIDDEN, device="cuda", dtype=moe_tiles.pair_output_dtype(torch.bfloat16))
         operands = dict(a=activated, w=down, w_scale=down_scale, out=out, divisor=1, gated=False)
         operands.update(weighted=True)
         operands["a"], operands["a_scale"] = matmul_input(activated, kind == "fp8", moe_triton.DOWN_IN_FP16)

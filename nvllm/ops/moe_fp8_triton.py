@@ -6,16 +6,16 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
 (experiments/results/2026-12-04-cpu-fp8-weight-conversion.md). Here both operands are e4m3:
 - the layer's input is quantized a scale per token (`quantize_tokens`, one kernel, as the dense fp8 matmuls'
   activations are);
-- the gate/up kernel's epilogue quantizes its own output, `silu(gate) * up`, a scale per pair and group of
-  `moe_tiles.FP8_INTERMEDIATE_GROUP` intermediate columns; a program holds one group or several (its
-  `block_n`, a multiple of the group: wider tiles read each tile of input for more weight rows);
-- the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32, on
-  the CUDA cores), and by each weight row's scale and each pair's routing weight after its loop;
-- or, where `moe_tiles.FP8_INTERMEDIATE_PER_ROW`, the intermediate is quantized a scale per pair: gate/up
-  writes it in bf16, `quantize_tokens` quantizes each row once all its columns are written, and down
-  accumulates in its MMAs like gate/up, its rows' scales applied after the loop. Down is the slower half of
-  a prefill step's experts, and waiting for its MMAs to scale every group is the likely reason (not
-  measured); a row's scale is coarser than a group's;
+- the intermediate, `silu(gate) * up`, is quantized a scale per pair (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`,
+  the default): gate/up writes it in bf16, `quantize_tokens` quantizes each row once all its columns are
+  written, and down accumulates in its MMAs like gate/up, its rows' scales applied after the loop;
+- or, with that setting off, a scale per pair and group of `moe_tiles.FP8_INTERMEDIATE_GROUP` columns by the
+  gate/up kernel's epilogue (a program holds one group or several: its `block_n`, a multiple of the group),
+  and the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32,
+  on the CUDA cores), waiting on its MMAs at every group. Down was then the slower half of a prefill
+  step's experts; with a row's scale, which removes those waits, the prefill layer was 8.5-10.4 % faster
+  on an H100, its rounding coarser (experiments/results/2026-12-06-h100-intermediate-per-row.md);
+- each weight row's scale and each pair's routing weight are applied after down's loop;
 - the k pairs of a token are summed as before (`nvllm.ops.moe_triton.sum_pairs`).
 
 Each program computes its tile transposed, `W · Aᵀ`: rows of weight by pairs. Hopper's fp8 MMA
@@ -35,7 +35,7 @@ import triton.language as tl
 
 from nvllm.ops import moe_tiles
 from nvllm.ops.fp8 import FP8, FP8_MAX
-from nvllm.ops.moe_tiles import GroupedMatmulConfig, fp8_activation_config
+from nvllm.ops.moe_tiles import GroupedMatmulConfig, fp8_activation_config, pair_output_dtype
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 E4M3_MAX = tl.constexpr(FP8_MAX)
@@ -333,8 +333,7 @@ def fp8_activation_pair_outputs(
         grouped_fp8_matmul(
             x_q, x_scale, gate_up, gate_up_scale, activated, activated_scale, *tiles, top_k, gate_up_config
         )
-    pair_dtype = x.dtype if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
-    weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_dtype, device=x.device)
+    weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_output_dtype(x.dtype), device=x.device)
     grouped_fp8_matmul(
         activated, activated_scale, down, down_scale, weighted, None, *tiles, top_k, down_config
     )

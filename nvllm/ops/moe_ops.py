@@ -101,8 +101,8 @@ def experts_reference(
             gate, up = expert_matmul(x[tokens], gate_up, gate_up_scale, expert).chunk(2, -1)
             y = expert_matmul(F.silu(gate) * up, down, down_scale, expert)
         weighted = y * pair_weights[pairs, None]
-        if quantize_activations and moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE:
-            weighted = weighted.to(x.dtype).float()
+        if quantize_activations:  # fp32 products, rounded as the kernels store each pair
+            weighted = weighted.to(moe_tiles.pair_output_dtype(x.dtype)).float()
         out.index_add_(0, tokens, weighted)
         start += count
     return out.to(x.dtype)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 # Rows per tile by band of the mean pairs per expert: at most 16 (decode batches), at most 64, more (prefill).
 ROW_TILES = (16, 32, 64)
 
@@ -97,6 +99,13 @@ FP8_INTERMEDIATE_PER_ROW = True
 # rounds it. The reference rounds so too (on bf16 activations it always did: its pairs are bf16 products).
 # Off until a GPU times it.
 PAIR_OUTPUTS_IN_INPUT_DTYPE = False
+
+
+def pair_output_dtype(activations: torch.dtype) -> torch.dtype:
+    """The dtype the down matmul writes the pairs' outputs in, for activations of dtype `activations`
+    (`PAIR_OUTPUTS_IN_INPUT_DTYPE`)."""
+    return activations if PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
+
 
 # (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
 # row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more

@@ -27,11 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops import moe_tiles
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
-from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, row_tile
+from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, pair_output_dtype, row_tile
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
 
 # fp8 experts' gate/up on bf16 activations reads them as fp16 (`nvllm.ops.fp16_rows`: exact, a power of two
@@ -447,8 +446,7 @@ def unquantized_activation_pair_outputs(
         w_scale=gate_up_scale,
         a_scale=input_scale,
     )
-    pair_dtype = x.dtype if moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE else torch.float32
-    weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_dtype, device=x.device)
+    weighted = torch.empty((num_pairs, x.shape[1]), dtype=pair_output_dtype(x.dtype), device=x.device)
     down_input, activated_scale = matmul_input(activated, fp8, DOWN_IN_FP16)
     down_config = matmul_config(num_pairs, num_experts, gated=False, fp8=fp8)
     grouped_matmul(
