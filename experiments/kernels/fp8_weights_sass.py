@@ -187,6 +187,7 @@ def grouped_fp8_activations(
         BLOCK_K=config.block_k,
         GROUP=moe_tiles.FP8_INTERMEDIATE_GROUP,
         ROW_SCALES=row_scales,
+        PROMOTED=moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32,
         PDL=True,
     )
     aligned = ("a_ptr", "w_ptr", "out_ptr", "N", "K", "stride_am", "stride_we", "stride_wn", "stride_om")

@@ -145,6 +145,7 @@ def _grouped_fp8_matmul_kernel(
     BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
     ROW_SCALES: tl.constexpr,
+    PROMOTED: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_prior_kernel(PDL)  # the tiles' experts and the input rows are the kernels' before
@@ -175,12 +176,12 @@ def _grouped_fp8_matmul_kernel(
         w = tl.load(w_expert + columns[:, None] * stride_wn + ks[None, :], w_mask, 0.0)
         if GATED:
             w_up = tl.load(w_expert + (columns[:, None] + N) * stride_wn + ks[None, :], w_mask, 0.0)
-            # each tile's products added to the sum in fp32: Hopper's fp8 MMA accumulates in less than
-            # fp32, which over the whole hidden size moves the result by about as much as quantizing does
-            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
-            acc_up = tl.dot(w_up, a, acc_up, max_num_imprecise_acc=BLOCK_K)
+            # each slice's products added to the sum in fp32 where PROMOTED (`moe_tiles.
+            # FP8_ACTIVATION_SUMS_IN_FP32`); else the tensor cores accumulate over the whole loop
+            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K if PROMOTED else None)
+            acc_up = tl.dot(w_up, a, acc_up, max_num_imprecise_acc=BLOCK_K if PROMOTED else None)
         elif ROW_SCALES:  # a slot's one scale, applied after the loop
-            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K)
+            acc = tl.dot(w, a, acc, max_num_imprecise_acc=BLOCK_K if PROMOTED else None)
         else:  # each group's products scaled as they are added
             group_scale = tl.load(a_scale_ptr + (k0 // GROUP) * stride_as + slots)
             acc += tl.dot(w, a) * group_scale[None, :]
@@ -291,6 +292,7 @@ def grouped_fp8_matmul(
         BLOCK_K=config.block_k,
         GROUP=group,
         ROW_SCALES=row_scales,
+        PROMOTED=moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **pdl_launch(a.device),

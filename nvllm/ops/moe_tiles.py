@@ -93,6 +93,15 @@ FP8_INTERMEDIATE_GROUP = 64
 # groups of 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
 FP8_INTERMEDIATE_PER_ROW = True
 
+# Where this is on, the matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) add each reduction slice's
+# products (`block_k` of them) to an fp32 sum: Hopper's fp8 MMA accumulates in fewer bits than fp32 (about
+# 14 of mantissa, DeepSeek-V3's report), which at 3 tokens moved the kernels 1.1 % from their reference
+# (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md). Each slice's sum then waits on its
+# MMAs. Off, the tensor cores accumulate over the whole loop, as Triton's default on sm_90 and vLLM's fused
+# MoE do, and a program waits on its MMAs once, after the loop.
+FP8_ACTIVATION_SUMS_IN_FP32 = True
+
+
 # Where this is on, the experts' down matmul writes each pair's weighted output in the activations' dtype
 # (bf16) rather than fp32, and the sum of a token's pairs still adds them in fp32 and rounds once: half the
 # bytes written and read between the two kernels, each pair's output rounded once more, as vLLM's fused MoE
