@@ -71,8 +71,9 @@ def resource_usage(usage: str) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"\b([A-Z]+(?:\[\d+\])?):(\d+)", usage)}
 
 
-def main_loop_instructions(sass: str) -> collections.Counter:
-    """The instructions between the longest backward branch and its target (the main loop), by opcode."""
+def main_loop_lines(sass: str) -> list[str]:
+    """The lines between the longest backward branch and its target (the main loop), none if no branch
+    goes back."""
     lines = sass.splitlines()
     labels = {match.group(1): i for i, line in enumerate(lines) if (match := LABEL.match(line.strip()))}
     loop = None
@@ -82,8 +83,11 @@ def main_loop_instructions(sass: str) -> collections.Counter:
             start = labels[match.group(1)]
             if loop is None or i - start > loop[1] - loop[0]:
                 loop = (start, i)
-    if loop is None:
-        return collections.Counter()
+    return [] if loop is None else lines[loop[0] : loop[1] + 1]
+
+
+def main_loop_instructions(sass: str) -> collections.Counter:
+    """The instructions of the main loop (`main_loop_lines`) by opcode."""
     return collections.Counter(
-        match.group(1) for line in lines[loop[0] : loop[1] + 1] if (match := SASS_LINE.match(line))
+        match.group(1) for line in main_loop_lines(sass) if (match := SASS_LINE.match(line))
     )

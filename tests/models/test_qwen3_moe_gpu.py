@@ -79,10 +79,13 @@ def test_the_grouped_matmuls_on_fp8_experts_equal_the_reference_within_bf16_nois
     assert precision_noise(ours, exact) <= 2 * precision_noise(reference, exact) + 1e-2
 
 
-@pytest.mark.parametrize("per_row, pairs_in_bf16", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "per_row, pairs_in_bf16, promoted",
+    [(False, False, True), (True, False, True), (True, True, True), (True, False, False)],
+)
 @pytest.mark.parametrize("num_tokens", [1, 3, 64, 256, 4096])
 def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
-    num_tokens, per_row, pairs_in_bf16, monkeypatch
+    num_tokens, per_row, pairs_in_bf16, promoted, monkeypatch
 ):
     """fp8 experts on fp8 activations (`model.fp8_activations`) against the torch reference of the same
     quantization. They differ by the order of fp32 sums (and the fp8 MMA's accumulation), and by the
@@ -91,7 +94,11 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
     CPU: on the H200 the same reference computed on CUDA was 2.9 % from its CPU result at 64 tokens, where
     the kernels were 0.7 % from it (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
 
-    The whole output is held to a quarter of the bf16 activations' distance, at most 1 %. Each token is held
+    The whole output is held to a quarter of the bf16 activations' distance, and at most 1 % where each
+    slice's sums are promoted to fp32 (`promoted`, `moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32`); accumulated
+    in the tensor cores' fewer bits over the whole loop instead, the kernels part from the reference's fp32
+    sums by more (1.1 % at 3 tokens, ibid.) and are held to the quarter alone: a trade against the
+    quantization the setting opts into, not a fault. Each token is held
     to half of theirs: a flipped rounding moves an element by a whole e4m3 step, so the worst of many tokens
     grows with their number for the same arithmetic (relative noise of 1e-5 on the intermediate: the worst
     token 0.33 % from the reference at 64 tokens, 1.17 % at 4,096, the whole output 0.09 % and 0.12 %;
@@ -104,6 +111,7 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
 
     monkeypatch.setattr(moe_tiles, "FP8_INTERMEDIATE_PER_ROW", per_row)
     monkeypatch.setattr(moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE", pairs_in_bf16)
+    monkeypatch.setattr(moe_tiles, "FP8_ACTIVATION_SUMS_IN_FP32", promoted)
 
     x, gate_up, down, weights, ids = layer_inputs(num_tokens, seed=num_tokens)
     (gate_up_q, gate_up_scale), (down_q, down_scale) = quantize_rows(gate_up), quantize_rows(down)
@@ -113,7 +121,8 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
     x, gate_up_q, down_q, weights, *rest = (t.cpu() for t in (x, *experts))
     reference = experts_reference(x, gate_up_q, down_q, weights, *rest, quantize_activations=True).float()
     on_bf16_activations = experts_reference(x.float(), gate_up_q, down_q, weights.float(), *rest)
-    bound = min(1e-2, 0.25 * whole_relative_error(on_bf16_activations, reference))
+    quarter = 0.25 * whole_relative_error(on_bf16_activations, reference)
+    bound = min(1e-2, quarter) if promoted else quarter
     assert whole_relative_error(ours, reference) <= bound
     assert relative_error(ours, reference) <= 0.5 * relative_error(on_bf16_activations, reference)
 

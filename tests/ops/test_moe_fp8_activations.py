@@ -6,6 +6,7 @@ cores, nothing converted; the group quantization of the reference."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -257,6 +258,32 @@ def test_the_fp8_activation_loops_multiply_on_the_fp8_tensor_cores_converting_no
             assert not [op for op in loop if "HMMA" in op], name
             # the loop's one shift steps its pipeline's buffer index; nothing else converts or moves
             assert [op for op in loop if op.startswith(CONVERSIONS)] == ["SHF.R.S32.HI"], (name, loop)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_sums_promoted_to_fp32_wait_on_the_mmas_each_slice_and_unpromoted_only_after_the_loop(
+    gated, monkeypatch
+):
+    """`moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32` reaches the compiled loop (sm_90, on the CPU, a prefill's
+    launch shape, the intermediate a scale a row): promoted, each slice's MMAs are waited for until none is
+    in flight before their sums are added in fp32; not, the loop waits on none of them to finish, keeping
+    its MMAs in flight."""
+    pytest.importorskip("triton")
+    from experiments.kernels.fp8_weights_sass import grouped_fp8_activations
+    from experiments.kernels.hopper_sass import disassemble, main_loop_lines, nvidia_tool
+    from nvllm.ops import moe_tiles
+
+    if not Path(nvidia_tool("ptxas")).exists():
+        pytest.skip("this Triton has no NVIDIA backend tools")
+    waits = {}
+    with tempfile.TemporaryDirectory() as directory:
+        for promoted in (True, False):
+            monkeypatch.setattr(moe_tiles, "FP8_ACTIVATION_SUMS_IN_FP32", promoted)
+            kernel, _, _ = grouped_fp8_activations(gated=gated, pairs=16384, row_scales=True)
+            loop = main_loop_lines(disassemble(kernel.asm["cubin"], Path(directory))[0])
+            assert any("QGMMA.64" in line for line in loop), loop
+            waits[promoted] = [line for line in loop if re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0\b", line)]
+    assert waits[True] and not waits[False], waits
 
 
 def test_groups_are_quantized_each_on_its_own_scale():
