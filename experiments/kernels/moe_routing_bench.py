@@ -16,11 +16,11 @@ from functools import partial
 import torch
 
 from experiments.kernels.skinny_matmul_bench import time_us
+from nvllm.ops.moe_align_triton import align_by_expert
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_route_triton import fits_fused_routing, route_and_align
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_tiles import row_tile
-from nvllm.ops.moe_triton import align_by_expert
 
 NUM_EXPERTS, TOP_K = 128, 8
 TOKENS = (1, 8, 64, 256, 1024)

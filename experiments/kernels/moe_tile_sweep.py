@@ -64,6 +64,7 @@ from experiments.kernels.moe_bench import (
 )
 from experiments.kernels.skinny_matmul_bench import time_us
 from nvllm.ops import e4m3_to_bf16, moe_fp8_triton, moe_tiles, moe_triton
+from nvllm.ops.moe_align_triton import align_by_expert
 from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_tiles import (
     FP8_TILE_CONFIGS,
@@ -74,7 +75,7 @@ from nvllm.ops.moe_tiles import (
     matmul_config,
     row_tile,
 )
-from nvllm.ops.moe_triton import align_by_expert, grouped_matmul, matmul_input
+from nvllm.ops.moe_triton import grouped_matmul, matmul_input
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192)
 GRID = [

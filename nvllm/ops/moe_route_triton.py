@@ -1,7 +1,7 @@
 """A small batch's mixture-of-experts routing as one Triton kernel: from the router's logits `[T, E]` to
-what `nvllm.ops.moe_routing.route_step` and `nvllm.ops.moe_triton.align_by_expert` produce together (each
-token's weights and experts, the padding tokens sent to no expert, and the pairs sorted by
-expert into row tiles, in the same layout and capacity). Separately they are several launches, each of a
+what `nvllm.ops.moe_routing.route_step` and `nvllm.ops.moe_align_triton.align_by_expert` produce together
+(each token's weights and experts, the padding tokens sent to no expert, and the pairs sorted by expert
+into row tiles, in the same layout and capacity). Separately they are several launches, each of a
 few floats, that cost a decode step more in latency than in work.
 
 One program per expert, as `align_by_expert`'s kernel: each routes every token (the whole `[T, E]` tile of
@@ -16,16 +16,12 @@ import torch
 import triton
 import triton.language as tl
 
+from nvllm.ops.moe_align_triton import align_by_expert, empty_tiles, pad_runs_and_tile_experts
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
 from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.moe_topk_triton import route_block, store_routing
-from nvllm.ops.moe_triton import (
-    align_by_expert,
-    aligned_experts,
-    empty_tiles,
-    pad_runs_and_tile_experts,
-)
+from nvllm.ops.moe_triton import aligned_experts
 from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 
 # 64 tokens of a 128-expert router (Qwen3-MoE's): a decode batch. The tile is held a few times over (logits,

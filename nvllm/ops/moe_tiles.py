@@ -94,12 +94,14 @@ FP8_INTERMEDIATE_GROUP = 64
 FP8_INTERMEDIATE_PER_ROW = True
 
 # Where this is on, the matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) add each reduction slice's
-# products (`block_k` of them) to an fp32 sum: Hopper's fp8 MMA accumulates in fewer bits than fp32 (about
-# 14 of mantissa, DeepSeek-V3's report), which at 3 tokens moved the kernels 1.1 % from their reference
-# (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md). Each slice's sum then waits on its
-# MMAs. Off, the tensor cores accumulate over the whole loop, as Triton's default on sm_90 and vLLM's fused
-# MoE do, and a program waits on its MMAs once, after the loop.
-FP8_ACTIVATION_SUMS_IN_FP32 = True
+# products (`block_k` of them) to an fp32 sum, waiting on the slice's MMAs to do so: Hopper's fp8 MMA
+# accumulates in fewer bits than fp32 (about 14 of mantissa, DeepSeek-V3's report). Off, the tensor cores
+# accumulate over the whole loop, as Triton's default on sm_90 and vLLM's fused MoE do, and a program waits
+# on its MMAs once, after the loop. Off: the kernels then part from the reference's fp32 sums by 1.2 %
+# rather than 0.6 %, but are no further from the fp8 experts on unquantized activations computed in fp32
+# (the quantization's own distance, about 5 %, is what moves them), and the prefill layer was 5-6 % faster
+# and the 30B bench 0.5 % (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
+FP8_ACTIVATION_SUMS_IN_FP32 = False
 
 
 # Where this is on, the experts' down matmul writes each pair's weighted output in the activations' dtype

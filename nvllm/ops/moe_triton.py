@@ -1,6 +1,6 @@
 """The experts of a mixture-of-experts layer as two Triton grouped matmuls over all experts at once.
 
-The (token, choice) pairs are sorted by expert once per layer (`align_by_expert`, one kernel: no host
+The (token, choice) pairs are sorted by expert once per layer (`nvllm.ops.moe_align_triton`: no host
 sync, static shapes, so the op is captured in CUDA graphs); a padding token's pairs, routed to no expert,
 are in no run. Each expert's run of pairs is padded to a whole number of row tiles, and each tile knows its
 expert; padding slots hold an index past the last pair and are masked. Then:
@@ -29,6 +29,7 @@ import triton.language as tl
 
 from nvllm.ops.e4m3_to_bf16 import moves_bits, to_dot_dtype
 from nvllm.ops.fp16_rows import fp16_rows
+from nvllm.ops.moe_align_triton import align_by_expert
 from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
 from nvllm.ops.moe_tiles import GroupedMatmulConfig, matmul_config, pair_output_dtype, row_tile
 from nvllm.ops.pdl import launch_next_kernel, overlap_prior_kernel, pdl_launch, wait_for_prior_kernel
@@ -44,120 +45,6 @@ GATE_UP_IN_FP16 = True
 # scale). Off: on an H100 that kernel cost what down's shorter loop saved, level at decode batches and 2-3 %
 # slower at prefill's (experiments/results/2026-12-06-h100-fp16-down-and-decode-shapes.md).
 DOWN_IN_FP16 = False
-
-
-@triton.jit
-def _align_kernel(
-    ids_ptr,
-    sorted_pairs_ptr,
-    tile_expert_ptr,
-    num_pairs,
-    capacity,
-    NUM_EXPERTS: tl.constexpr,
-    EXPERTS_POW2: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    CHUNK: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """One program per expert: every program counts all experts' pairs (so each knows where its run
-    starts without a second launch), then writes its own pairs in order, its padding and its tiles' expert;
-    the last one also fills the slots and tiles past every run."""
-    overlap_prior_kernel(PDL)
-    expert = tl.program_id(0)
-    experts = tl.arange(0, EXPERTS_POW2)
-    counts = tl.zeros((EXPERTS_POW2,), tl.int32)
-    for start in range(0, num_pairs, CHUNK):
-        offsets = start + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + offsets, offsets < num_pairs, NUM_EXPERTS).to(tl.int32)
-        # the slots past the end and the pairs of no expert (padding tokens') count as expert 0: taken off
-        # its count again
-        routed = ids < NUM_EXPERTS
-        outside = CHUNK - tl.sum(routed.to(tl.int32))
-        counts += tl.histogram(tl.where(routed, ids, 0), EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
-    run_start = pad_runs_and_tile_experts(
-        sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
-    )
-    seen = tl.full([], 0, tl.int32)
-    for start in range(0, num_pairs, CHUNK):
-        offsets = start + tl.arange(0, CHUNK)
-        inside = offsets < num_pairs
-        mine = (tl.load(ids_ptr + offsets, inside, NUM_EXPERTS) == expert).to(tl.int32)
-        rank = seen + tl.cumsum(mine, 0) - 1
-        tl.store(sorted_pairs_ptr + run_start + rank, offsets, mask=mine != 0)
-        seen += tl.sum(mine)
-
-
-@triton.jit
-def pad_runs_and_tile_experts(
-    sorted_pairs_ptr,
-    tile_expert_ptr,
-    counts,
-    expert,
-    num_pairs,
-    capacity,
-    NUM_EXPERTS: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    CHUNK: tl.constexpr,
-):
-    """The part of `align_by_expert`'s layout that follows from the experts' pair `counts` alone, written by
-    `expert`'s program: its run's padding slots and its tiles' expert; the last expert's program also fills
-    the slots and tiles past every run. Returns where `expert`'s run starts."""
-    experts = tl.arange(0, counts.shape[0])
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    run_start = tl.sum(tl.where(experts < expert, padded, 0))
-    count = tl.sum(tl.where(experts == expert, counts, 0))
-    run_length = tl.sum(tl.where(experts == expert, padded, 0))
-    padding = count + tl.arange(0, BLOCK_M)
-    tl.store(sorted_pairs_ptr + run_start + padding, num_pairs, mask=padding < run_length)
-    for tile in range(0, run_length // BLOCK_M, CHUNK):
-        tiles = tile + tl.arange(0, CHUNK)
-        tl.store(tile_expert_ptr + run_start // BLOCK_M + tiles, expert, mask=tiles < run_length // BLOCK_M)
-    if expert == NUM_EXPERTS - 1:
-        total = tl.sum(padded)
-        for start in range(total, capacity, CHUNK):
-            slots = start + tl.arange(0, CHUNK)
-            tl.store(sorted_pairs_ptr + slots, num_pairs, mask=slots < capacity)
-        num_tiles = (capacity + BLOCK_M - 1) // BLOCK_M
-        for start in range(total // BLOCK_M, num_tiles, CHUNK):
-            tiles = start + tl.arange(0, CHUNK)
-            tl.store(tile_expert_ptr + tiles, NUM_EXPERTS, mask=tiles < num_tiles)
-    return run_start
-
-
-def empty_tiles(
-    num_pairs: int, num_experts: int, block_m: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`align_by_expert`'s outputs, unwritten: their lengths depend only on the shapes, as at most
-    min(E, pairs) experts are used, each padded by less than `block_m`."""
-    capacity = num_pairs + min(num_experts, num_pairs) * (block_m - 1)
-    sorted_pairs = torch.empty(capacity, dtype=torch.int32, device=device)
-    tile_expert = torch.empty(triton.cdiv(capacity, block_m), dtype=torch.int32, device=device)
-    return sorted_pairs, tile_expert
-
-
-def align_by_expert(
-    topk_ids: torch.Tensor, num_experts: int, block_m: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pairs' indices (t * k + j) sorted by expert (in order within an expert), each expert's run padded
-    to a multiple of `block_m` with the index `num_pairs`; and each tile's expert (`num_experts` for tiles
-    past the last run). Their lengths depend only on the shapes: at most min(E, pairs) experts are used,
-    each padded by less than `block_m` (`empty_tiles`). One kernel launch."""
-    num_pairs = topk_ids.numel()
-    sorted_pairs, tile_expert = empty_tiles(num_pairs, num_experts, block_m, topk_ids.device)
-    _align_kernel[(num_experts,)](
-        topk_ids.contiguous(),
-        sorted_pairs,
-        tile_expert,
-        num_pairs,
-        sorted_pairs.numel(),
-        NUM_EXPERTS=num_experts,
-        EXPERTS_POW2=triton.next_power_of_2(num_experts),
-        BLOCK_M=block_m,
-        CHUNK=1024,
-        num_warps=4,
-        **pdl_launch(topk_ids.device),
-    )
-    return sorted_pairs, tile_expert
 
 
 @triton.jit

@@ -187,12 +187,24 @@ for tokens, experts, top_k, hidden, intermediate in shapes:
     )
 
 
-def test_tiles_are_padded_per_expert_and_know_their_expert():
+@pytest.mark.parametrize(
+    "min_pairs_in_chunks, chunk",
+    [(10**9, 1024), (0, 1024), (0, 64)],
+    ids=["one launch", "chunks", "small chunks"],
+)
+def test_tiles_are_padded_per_expert_and_know_their_expert(min_pairs_in_chunks, chunk):
+    """Both ways of `align_by_expert` (one launch, or chunks of pairs: `ALIGN_IN_CHUNKS_MIN_PAIRS`), the
+    chunks' also in chunks of 64 pairs, so that the 3,000 pairs below take more chunks than a program of
+    `_place_runs_kernel` reads at once."""
     run_in_interpreter(
-        """
+        f"""
 import torch
+from nvllm.ops import moe_align_triton
 from nvllm.ops.moe_tiles import row_tile
-from nvllm.ops.moe_triton import align_by_expert
+from nvllm.ops.moe_align_triton import align_by_expert
+moe_align_triton.ALIGN_IN_CHUNKS_MIN_PAIRS, moe_align_triton.CHUNK = {min_pairs_in_chunks}, {chunk}
+"""
+        + """
 # pairs t * 2 + j: expert 0 has pairs 1 and 4, expert 1 pair 3, expert 3 pairs 0, 2 and 5
 ids = torch.tensor([[3, 0], [3, 1], [0, 3]])
 sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
@@ -205,8 +217,8 @@ ids = torch.tensor([[3, 0], [4, 4], [0, 3]])
 sorted_pairs, tile_expert = align_by_expert(ids, num_experts=4, block_m=2)
 assert sorted_pairs.tolist() == [1, 4, 0, 5, pad, pad, pad, pad, pad, pad], sorted_pairs.tolist()
 assert tile_expert.tolist() == [0, 3, 4, 4, 4], tile_expert.tolist()
-# more pairs than one chunk of the kernel, each expert's run in pair order
-ids = torch.randint(0, 6, (1500, 2), generator=torch.Generator().manual_seed(0))
+# more pairs than one chunk, each expert's run in pair order; expert 6 is none (padding tokens' pairs)
+ids = torch.randint(0, 7, (1500, 2), generator=torch.Generator().manual_seed(0))
 sorted_pairs, tile_expert = align_by_expert(ids, num_experts=6, block_m=16)
 flat, start = ids.flatten(), 0
 for expert in range(6):

@@ -94,18 +94,23 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
     CPU: on the H200 the same reference computed on CUDA was 2.9 % from its CPU result at 64 tokens, where
     the kernels were 0.7 % from it (experiments/results/2026-12-05-moe-skinny-experts-fp8-activations.md).
 
-    The whole output is held to a quarter of the bf16 activations' distance, and at most 1 % where each
-    slice's sums are promoted to fp32 (`promoted`, `moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32`); accumulated
-    in the tensor cores' fewer bits over the whole loop instead, the kernels part from the reference's fp32
-    sums by more (1.1 % at 3 tokens, ibid.) and are held to the quarter alone: a trade against the
-    quantization the setting opts into, not a fault. Each token is held
+    Where each slice's sums are promoted to fp32 (`promoted`, `moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32`), the
+    whole output is held to a quarter of the bf16 activations' distance, at most 1 %, and each token
     to half of theirs: a flipped rounding moves an element by a whole e4m3 step, so the worst of many tokens
     grows with their number for the same arithmetic (relative noise of 1e-5 on the intermediate: the worst
     token 0.33 % from the reference at 64 tokens, 1.17 % at 4,096, the whole output 0.09 % and 0.12 %;
     experiments/results/2026-12-05-cpu-fp8-activation-error-by-rows.md), while a fault confined to a few
     rows moves them far more than that. `per_row`: the intermediate quantized a scale per row
     (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`), the reference so too; `pairs_in_bf16`: the pairs' outputs
-    rounded to bf16 before their sum (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`), the reference's too."""
+    rounded to bf16 before their sum (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`), the reference's too.
+
+    Accumulated in the tensor cores' fewer bits over the whole loop instead, the kernels part from the
+    reference's fp32 sums by about 1.2 % at every batch, twice as far as promoted
+    (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md): an error of their own, uncorrelated
+    with the quantization's (about 5 %), which they would add to in quadrature. So they are held against the
+    fp8 experts on unquantized activations computed in fp32: no further from it than the reference is, but
+    for 5 % more over the whole output (an accumulation error up to a third of the quantization's) and 10 %
+    for the worst token."""
     from nvllm.ops import moe_tiles
     from nvllm.ops.moe_triton import grouped_experts  # needs triton: CUDA machines only
 
@@ -121,10 +126,14 @@ def test_the_grouped_matmuls_on_fp8_activations_equal_the_reference(
     x, gate_up_q, down_q, weights, *rest = (t.cpu() for t in (x, *experts))
     reference = experts_reference(x, gate_up_q, down_q, weights, *rest, quantize_activations=True).float()
     on_bf16_activations = experts_reference(x.float(), gate_up_q, down_q, weights.float(), *rest)
-    quarter = 0.25 * whole_relative_error(on_bf16_activations, reference)
-    bound = min(1e-2, quarter) if promoted else quarter
-    assert whole_relative_error(ours, reference) <= bound
-    assert relative_error(ours, reference) <= 0.5 * relative_error(on_bf16_activations, reference)
+    if promoted:
+        bound = min(1e-2, 0.25 * whole_relative_error(on_bf16_activations, reference))
+        assert whole_relative_error(ours, reference) <= bound
+        assert relative_error(ours, reference) <= 0.5 * relative_error(on_bf16_activations, reference)
+    else:
+        exact, quantized = on_bf16_activations.float(), whole_relative_error(reference, on_bf16_activations)
+        assert whole_relative_error(ours, exact) <= 1.05 * quantized
+        assert relative_error(ours, exact) <= 1.1 * relative_error(reference, exact)
 
 
 @pytest.mark.parametrize("switch", ["GATE_UP_IN_FP16", "DOWN_IN_FP16"])

@@ -56,7 +56,8 @@ from nvllm.ops.fp16_rows import fp16_rows
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_tiles import GroupedMatmulConfig
-from nvllm.ops.moe_triton import align_by_expert, grouped_matmul
+from nvllm.ops.moe_align_triton import align_by_expert
+from nvllm.ops.moe_triton import grouped_matmul
 generator = torch.Generator().manual_seed(0)
 experts, top_k, hidden, intermediate = 4, 2, 272, 144
 gate_up = torch.randn(experts, 2 * intermediate, hidden, generator=generator) / hidden**0.5

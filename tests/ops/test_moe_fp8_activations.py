@@ -116,7 +116,8 @@ from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_tiles import FP8_INTERMEDIATE_GROUP, GroupedMatmulConfig
 from nvllm.ops.moe_route_triton import routed_experts
 from nvllm.ops.moe_routing import route
-from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
+from nvllm.ops.moe_align_triton import align_by_expert
+from nvllm.ops.moe_triton import grouped_experts, sum_pairs
 from nvllm.ops import moe_tiles
 moe_tiles.FP8_INTERMEDIATE_PER_ROW = False  # the intermediate in groups, each group's scale
 generator = torch.Generator().manual_seed(0)
@@ -196,7 +197,8 @@ from nvllm.ops.moe_fp8_triton import grouped_fp8_matmul
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_routing import route
 from nvllm.ops.moe_tiles import GroupedMatmulConfig
-from nvllm.ops.moe_triton import align_by_expert, grouped_experts, sum_pairs
+from nvllm.ops.moe_align_triton import align_by_expert
+from nvllm.ops.moe_triton import grouped_experts, sum_pairs
 generator = torch.Generator().manual_seed(1)
 tokens, experts, top_k, hidden, intermediate = 40, 4, 2, 272, 144
 x = torch.randn(tokens, hidden, generator=generator)

@@ -20,7 +20,7 @@ from tests.helpers.routing_cases import COMBINATIONS, router_logits
 from nvllm.ops.moe_route_triton import route_and_align
 from nvllm.ops.moe_routing import route_step
 from nvllm.ops.moe_tiles import row_tile
-from nvllm.ops.moe_triton import align_by_expert
+from nvllm.ops.moe_align_triton import align_by_expert
 generator = torch.Generator().manual_seed(0)
 # (tokens, experts, top-k): a single stream, a padded pair, an odd batch, the largest fused batch of
 # Qwen3-MoE's 128 experts, and smaller routers

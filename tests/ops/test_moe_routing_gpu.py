@@ -25,9 +25,9 @@ def decode_routing(num_tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tens
 
 @pytest.mark.parametrize("num_tokens", [1, 2, 7, 64])
 def test_the_fused_routing_equals_route_and_align(num_tokens):
+    from nvllm.ops.moe_align_triton import align_by_expert
     from nvllm.ops.moe_route_triton import route_and_align  # needs triton: CUDA machines only
     from nvllm.ops.moe_tiles import row_tile
-    from nvllm.ops.moe_triton import align_by_expert
 
     logits, padding = decode_routing(num_tokens, seed=num_tokens)
     block_m = row_tile(num_tokens * TOP_K, NUM_EXPERTS)

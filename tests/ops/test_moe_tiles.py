@@ -15,7 +15,8 @@ def test_the_grouped_matmuls_at_each_launch_shape_equal_the_torch_reference():
 import torch
 from nvllm.ops.moe_ops import experts_reference
 from nvllm.ops.moe_tiles import GroupedMatmulConfig
-from nvllm.ops.moe_triton import align_by_expert, grouped_matmul
+from nvllm.ops.moe_align_triton import align_by_expert
+from nvllm.ops.moe_triton import grouped_matmul
 generator = torch.Generator().manual_seed(0)
 # hidden and intermediate sizes off every block size (multiples of 16, as tensor-core tiles need), so that
 # both matmuls' column and reduction masks are exercised
@@ -74,7 +75,8 @@ from nvllm.ops.moe_tiles import row_tile
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_fp8_triton import fp8_activation_pair_outputs
 from nvllm.ops.moe_ops import experts_reference
-from nvllm.ops.moe_triton import align_by_expert, grouped_experts, unquantized_activation_pair_outputs
+from nvllm.ops.moe_align_triton import align_by_expert
+from nvllm.ops.moe_triton import grouped_experts, unquantized_activation_pair_outputs
 generator = torch.Generator().manual_seed(0)
 tokens, experts, top_k, hidden, intermediate = 24, 8, 3, 64, 48
 x = torch.randn(tokens, hidden, generator=generator).half()
