@@ -27,10 +27,11 @@ from nvllm.ops.pdl import overlap_prior_kernel, pdl_launch
 CHUNK = 1024
 # Chunks' counts a program of `_place_runs_kernel` reads at once.
 CHUNK_BLOCK = 16
-# From this many pairs `align_by_expert` sorts in chunks; below, in one launch. At a prefill step's 131,072
-# pairs (16,384 tokens of Qwen3-30B-A3B) the one launch took 259 us on an H100, at 2,048 pairs 8 us
-# (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
-ALIGN_IN_CHUNKS_MIN_PAIRS = 4096
+# From this many pairs `align_by_expert` sorts in chunks; below, in one launch, whose time grows with the
+# pairs: on an H100 at Qwen3-30B-A3B's shapes 6.2 us at 2,048 pairs and 11.1 at 4,096 (chunks: 13.0 and
+# 13.4), 20.6 at 8,192 and 311 at 131,072 (chunks: 13.4 and 23.7;
+# experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
+ALIGN_IN_CHUNKS_MIN_PAIRS = 8192
 
 
 @triton.jit

@@ -86,6 +86,7 @@ weights, ids = route(torch.randn(tokens, experts, generator=generator), top_k, r
 weights, ids = padding_to_no_expert(weights.half(), ids, torch.arange(tokens) >= tokens - 2, experts)
 block_m = row_tile(tokens * top_k, experts)
 sorted_pairs, tile_expert = align_by_expert(ids, experts, block_m)
+moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = False
 pairs = unquantized_activation_pair_outputs(x, gate_up, down, weights, sorted_pairs, tile_expert, block_m)
 assert pairs.dtype == torch.float32
 routed = (ids < experts).flatten()[:, None]
