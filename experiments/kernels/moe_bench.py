@@ -10,8 +10,8 @@ skinny experts multiply in fp32 and always take Triton's conversion);
 `--fp8-activations` has fp8 experts multiply fp8 activations (`nvllm.ops.moe_fp8_triton`, the input's
 quantization kernel included in the time); `--gate-up-bf16` and `--down-fp16` set which of fp8 experts'
 matmuls read their bf16 input as fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`, `DOWN_IN_FP16`; the
-conversion's kernel included in the time); `--pairs-bf16` has down write each pair's output in bf16, not
-fp32 (`nvllm.ops.moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
+conversion's kernel included in the time); `--pairs-fp32` has down write each pair's output in fp32, not
+bf16 (`nvllm.ops.moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE` off).
 
 `--skinny`: at batches of at most `SKINNY_TOKENS` tokens, beside the grouped path, the skinny experts
 (`nvllm.ops.moe_skinny_triton`: two launches, no sort) given the routing (and their gate/up launch alone,
@@ -21,7 +21,7 @@ row (a single stream's graph) and at two tokens, each of its two kernels' launch
 fastest printed to paste.
 
 `python -m experiments.kernels.moe_bench [--fp8 [--move-bits] [--gate-up-bf16] [--down-fp16] | --fp8
---fp8-activations] [--skinny] [--pairs-bf16]`"""
+--fp8-activations] [--skinny] [--pairs-fp32]`"""
 
 from __future__ import annotations
 
@@ -181,9 +181,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fp8_arguments(parser, "experts", activations=True)
     parser.add_argument("--skinny", action="store_true", help="the skinny experts beside (few tokens)")
-    help = "down writes the pairs' outputs in bf16, not fp32 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
-    parser.add_argument("--pairs-bf16", action="store_true", help=help)
+    help = "down writes the pairs' outputs in fp32, not bf16 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE off)"
+    parser.add_argument("--pairs-fp32", action="store_true", help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
+    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = not args.pairs_fp32
     main(args.fp8, args.fp8_activations, args.skinny)

@@ -29,14 +29,15 @@ configurations). With the intermediate a scale a row, as the engine quantizes it
 block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATION_TILE_CONFIGS`;
 `--intermediate-group N` quantizes it in groups of N columns instead (`FP8_INTERMEDIATE_GROUP`), down's
 block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
-`--pairs-bf16` has down write each pair's output in bf16, not fp32 (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE`).
+`--pairs-fp32` has down write each pair's output in fp32, not bf16
+(`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE` off).
 `--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
 `FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]
 [--gate-up-bf16] [--down-fp16] | --fp8 --fp8-activations [--intermediate-group N | --intermediate-per-row]]
-[--pairs-bf16] [--row-tile 32]`"""
+[--pairs-fp32] [--row-tile 32]`"""
 
 from __future__ import annotations
 
@@ -400,10 +401,10 @@ if __name__ == "__main__":
     intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
     intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
-    help = "down writes the pairs' outputs in bf16, not fp32 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE)"
-    parser.add_argument("--pairs-bf16", action="store_true", help=help)
+    help = "down writes the pairs' outputs in fp32, not bf16 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE off)"
+    parser.add_argument("--pairs-fp32", action="store_true", help=help)
     args = parser.parse_args()
-    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = args.pairs_bf16
+    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = not args.pairs_fp32
     convert_as_asked(parser, args)
     for flag, given in (
         ("--intermediate-per-row", args.intermediate_per_row),
