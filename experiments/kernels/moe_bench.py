@@ -34,7 +34,7 @@ import triton
 
 from experiments.kernels.fp8_arguments import add_fp8_arguments, convert_as_asked
 from experiments.kernels.skinny_matmul_bench import time_us
-from nvllm.ops import moe_skinny_triton, moe_tiles
+from nvllm.ops import moe_skinny_triton
 from nvllm.ops.fp8 import quantize_rows
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_routing import padding_to_no_expert, route
@@ -181,9 +181,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_fp8_arguments(parser, "experts", activations=True)
     parser.add_argument("--skinny", action="store_true", help="the skinny experts beside (few tokens)")
-    help = "down writes the pairs' outputs in fp32, not bf16 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE off)"
-    parser.add_argument("--pairs-fp32", action="store_true", help=help)
     args = parser.parse_args()
     convert_as_asked(parser, args)
-    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = not args.pairs_fp32
     main(args.fp8, args.fp8_activations, args.skinny)

@@ -237,12 +237,13 @@ def compile_one(
     torch.cuda.synchronize()
 
 
-# the module settings the flags set, which choose the kernels a worker compiles
+# the module settings that choose the kernels a worker compiles, passed on to it (the flags set most of them)
 KERNEL_SETTINGS = (
     (e4m3_to_bf16, "ENABLED"),
     (moe_triton, "GATE_UP_IN_FP16"),
     (moe_triton, "DOWN_IN_FP16"),
     (moe_tiles, "PAIR_OUTPUTS_IN_INPUT_DTYPE"),
+    (moe_tiles, "FP8_ACTIVATION_SUMS_IN_FP32"),
     (moe_tiles, "FP8_INTERMEDIATE_PER_ROW"),
     (moe_tiles, "FP8_INTERMEDIATE_GROUP"),
 )
@@ -401,10 +402,7 @@ if __name__ == "__main__":
     intermediate.add_argument("--intermediate-per-row", action="store_true", help=help)
     help = "with --fp8-activations: the intermediate's quantization group (FP8_INTERMEDIATE_GROUP)"
     intermediate.add_argument("--intermediate-group", type=int, choices=(32, 64, 128), help=help)
-    help = "down writes the pairs' outputs in fp32, not bf16 (moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE off)"
-    parser.add_argument("--pairs-fp32", action="store_true", help=help)
     args = parser.parse_args()
-    moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE = not args.pairs_fp32
     convert_as_asked(parser, args)
     for flag, given in (
         ("--intermediate-per-row", args.intermediate_per_row),

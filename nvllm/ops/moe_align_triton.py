@@ -28,9 +28,9 @@ CHUNK = 1024
 # Chunks' counts a program of `_place_runs_kernel` reads at once.
 CHUNK_BLOCK = 16
 # From this many pairs `align_by_expert` sorts in chunks; below, in one launch, whose time grows with the
-# pairs: on an H100 at Qwen3-30B-A3B's shapes 6.2 us at 2,048 pairs and 11.1 at 4,096 (chunks: 13.0 and
-# 13.4), 20.6 at 8,192 and 311 at 131,072 (chunks: 13.4 and 23.7;
-# experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
+# pairs where the chunks' three launches take about the same at any size: the one launch was the faster up
+# to 4,096 pairs and the chunks from 8,192 on, at Qwen3-30B-A3B's shapes on an H100
+# (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
 ALIGN_IN_CHUNKS_MIN_PAIRS = 8192
 
 

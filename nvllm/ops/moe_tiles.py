@@ -97,18 +97,17 @@ FP8_INTERMEDIATE_PER_ROW = True
 # products (`block_k` of them) to an fp32 sum, waiting on the slice's MMAs to do so: Hopper's fp8 MMA
 # accumulates in fewer bits than fp32 (about 14 of mantissa, DeepSeek-V3's report). Off, the tensor cores
 # accumulate over the whole loop, as Triton's default on sm_90 and vLLM's fused MoE do, and a program waits
-# on its MMAs once, after the loop. Off: the kernels then part from the reference's fp32 sums by 1.2 %
-# rather than 0.6 %, but are no further from the fp8 experts on unquantized activations computed in fp32
-# (the quantization's own distance, about 5 %, is what moves them), and the prefill layer was 5-6 % faster
-# and the 30B bench 0.5 % (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
+# on its MMAs once, after the loop. Off: the kernels then part further from the reference's fp32 sums, but
+# no further from the fp8 experts on unquantized activations computed in fp32 (the quantization's own error
+# dwarfs the accumulation's), and the prefill layer and the 30B bench were faster
+# (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
 FP8_ACTIVATION_SUMS_IN_FP32 = False
-
 
 # Where this is on, the experts' down matmul writes each pair's weighted output in the activations' dtype
 # (bf16) rather than fp32, and the sum of a token's pairs still adds them in fp32 and rounds once: half the
 # bytes written and read between the two kernels, each pair's output rounded once more, as vLLM's fused MoE
 # rounds it. The reference rounds so too (on bf16 activations it always did: its pairs are bf16 products).
-# On: the sum alone was 2.0x faster at 16,384 tokens and 1.5x at 256, the 30B bench 1.6 % faster
+# On: the sum, bound by those bytes, and the 30B bench were faster
 # (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md).
 PAIR_OUTPUTS_IN_INPUT_DTYPE = True
 
