@@ -122,11 +122,12 @@ def pair_output_dtype(activations: torch.dtype) -> torch.dtype:
 # row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more
 # (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`): the last two bands. The last (prefill) band's shapes are
 # the fastest of 38 probed on an H100 around the groups' (experiments/results/
-# 2026-12-06-h100-intermediate-per-row.md), not a full sweep; the others are the groups' table's.
+# 2026-12-06-h100-intermediate-per-row.md), not a full sweep; the third band's the sweep's at 256 tokens on
+# an H100 (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md); the others the groups'.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
     (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
-    (16, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(128, 64, 4, 4)),
+    (16, GroupedMatmulConfig(64, 256, 4, 2), GroupedMatmulConfig(64, 128, 4, 3)),
     (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
     (math.inf, GroupedMatmulConfig(128, 128, 8, 4), GroupedMatmulConfig(128, 128, 8, 4)),
 )
