@@ -1,7 +1,8 @@
 """The fused routing kernel on the GPU: Qwen3-30B-A3B's router (128 experts, 8 a token, bf16 logits) against
 the torch routing and `align_by_expert` at decode batch sizes, and replayed in a CUDA graph with other
 logits and another padding mask (no host sync, sizes from the shapes alone); the same for the routing
-kernel of larger batches (`route_tokens`, a program per block of tokens) at decode and prefill sizes.
+kernel of larger batches (`route_tokens`, a program per block of tokens) at decode and prefill sizes; and the
+sort by expert in chunks against the sort in one launch.
 `python -m pytest -m gpu tests/ops/test_moe_routing_gpu.py`."""
 
 from __future__ import annotations
@@ -80,3 +81,21 @@ def test_the_routing_of_large_batches_replays_in_a_cuda_graph():
     for ours, eager in zip(outputs, route_tokens(logits, padding, TOP_K, True), strict=True):
         assert torch.equal(ours, eager)
     assert torch.equal(outputs[1], route_step(logits, padding, TOP_K, True)[1])
+
+
+@pytest.mark.parametrize("num_tokens", [64, 1000, 4096])
+def test_the_sort_in_chunks_equals_the_sort_in_one_launch(num_tokens, monkeypatch):
+    """`align_by_expert` both ways (`ALIGN_IN_CHUNKS_MIN_PAIRS`) on the GPU, at a prefill's row tile and a
+    decode batch's, with padding tokens routed to no expert: the same layout to the element."""
+    from nvllm.ops import moe_align_triton  # needs triton: CUDA machines only
+    from nvllm.ops.moe_tiles import row_tile
+
+    logits, padding = decode_routing(num_tokens, seed=num_tokens)
+    _, ids = route_step(logits, padding, TOP_K, True)
+    for block_m in sorted({16, row_tile(ids.numel(), NUM_EXPERTS, quantized_activations=True)}):
+        layouts = []
+        for threshold in (10**9, 0):
+            monkeypatch.setattr(moe_align_triton, "ALIGN_IN_CHUNKS_MIN_PAIRS", threshold)
+            layouts.append(moe_align_triton.align_by_expert(ids, NUM_EXPERTS, block_m))
+        (pairs, tiles), (chunked_pairs, chunked_tiles) = layouts
+        assert torch.equal(pairs, chunked_pairs) and torch.equal(tiles, chunked_tiles), block_m
