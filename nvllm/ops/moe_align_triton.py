@@ -76,9 +76,15 @@ def count_by_expert(
     pairs of no expert (padding tokens') in no count."""
     offsets = start + tl.arange(0, CHUNK)
     ids = tl.load(ids_ptr + offsets, offsets < num_pairs, NUM_EXPERTS).to(tl.int32)
-    # the slots past the end and the pairs of no expert count as expert 0: taken off its count again
-    routed = ids < NUM_EXPERTS
-    outside = CHUNK - tl.sum(routed.to(tl.int32))
+    return routed_counts(ids, ids < NUM_EXPERTS, EXPERTS_POW2)
+
+
+@triton.jit
+def routed_counts(ids, routed, EXPERTS_POW2: tl.constexpr):
+    """The 1-D `ids` where `routed` counted by expert, `[EXPERTS_POW2]`; the others (slots past the end,
+    pairs of no expert) in no count."""
+    # the histogram counts every slot: the others as expert 0, taken off its count again
+    outside = ids.shape[0] - tl.sum(routed.to(tl.int32))
     experts = tl.arange(0, EXPERTS_POW2)
     return tl.histogram(tl.where(routed, ids, 0), EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
 

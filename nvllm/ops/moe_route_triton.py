@@ -16,7 +16,12 @@ import torch
 import triton
 import triton.language as tl
 
-from nvllm.ops.moe_align_triton import align_by_expert, empty_tiles, pad_runs_and_tile_experts
+from nvllm.ops.moe_align_triton import (
+    align_by_expert,
+    empty_tiles,
+    pad_runs_and_tile_experts,
+    routed_counts,
+)
 from nvllm.ops.moe_route_tokens_triton import route_tokens
 from nvllm.ops.moe_skinny_triton import skinny_experts, takes_skinny_experts
 from nvllm.ops.moe_tiles import row_tile
@@ -69,7 +74,6 @@ def _route_and_align_kernel(
     overlap_prior_kernel(PDL)
     expert = tl.program_id(0)
     tokens = tl.arange(0, TOKENS_POW2)
-    experts = tl.arange(0, EXPERTS_POW2)
     choices = tl.arange(0, TOP_K_POW2)
     real = tokens < num_tokens
     topk_weights, topk_ids = route_block(
@@ -95,10 +99,8 @@ def _route_and_align_kernel(
 
     num_pairs = num_tokens * TOP_K
     routed = chosen & (topk_ids < NUM_EXPERTS)  # not a padding token's pair, which goes to no expert
-    flat_ids = tl.reshape(tl.where(routed, topk_ids, 0), (TOKENS_POW2 * TOP_K_POW2,))
-    # the slots outside the batch or routed to no expert counted as expert 0: taken off its count again
-    outside = TOKENS_POW2 * TOP_K_POW2 - tl.sum(tl.sum(routed.to(tl.int32), 1), 0)
-    counts = tl.histogram(flat_ids, EXPERTS_POW2) - tl.where(experts == 0, outside, 0)
+    flat_ids = tl.reshape(topk_ids, (TOKENS_POW2 * TOP_K_POW2,))
+    counts = routed_counts(flat_ids, tl.reshape(routed, (TOKENS_POW2 * TOP_K_POW2,)), EXPERTS_POW2)
     run_start = pad_runs_and_tile_experts(
         sorted_pairs_ptr, tile_expert_ptr, counts, expert, num_pairs, capacity, NUM_EXPERTS, BLOCK_M, CHUNK
     )
