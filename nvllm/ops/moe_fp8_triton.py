@@ -13,8 +13,8 @@ converted to bf16 before its MMA: more work in the loop than the bytes it reads,
   gate/up kernel's epilogue (a program holds one group or several: its `block_n`, a multiple of the group),
   and the down kernel multiplies each group's dot products by the group's scales as it accumulates (fp32,
   on the CUDA cores), waiting on its MMAs at every group. Down was then the slower half of a prefill
-  step's experts; with a row's scale, which removes those waits, the prefill layer was 8.5-10.4 % faster
-  on an H100, its rounding coarser (experiments/results/2026-12-06-h100-intermediate-per-row.md);
+  step's experts; a row's scale removes those waits, its rounding coarser
+  (experiments/results/2026-12-06-h100-intermediate-per-row.md);
 - the tensor cores accumulate each matmul's products over its whole loop, in their fewer bits than fp32
   (or each reduction slice's sums are added in fp32, where `moe_tiles.FP8_ACTIVATION_SUMS_IN_FP32`);
 - each weight row's scale and each pair's routing weight are applied after down's loop;

@@ -89,8 +89,8 @@ FP8_INTERMEDIATE_GROUP = 64
 # Or, where this is on, a scale per pair over the whole intermediate row (`nvllm.ops.moe_fp8_triton`): the
 # down kernel then accumulates in its MMAs as gate/up does, rather than scaling each group's sums, and the
 # groups' launch rules do not apply. Under tensor parallelism a rank holds a slice of each row and scales
-# that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer was 8.5-10.4 % faster than in
-# groups of 64, and the 30B bench 0.6 % (experiments/results/2026-12-06-h100-intermediate-per-row.md).
+# that, so TP=N no longer quantizes as TP=1 does. On: the prefill layer and the 30B bench were faster than
+# in groups of 64 (experiments/results/2026-12-06-h100-intermediate-per-row.md).
 FP8_INTERMEDIATE_PER_ROW = True
 
 # Where this is on, the matmuls on fp8 activations (`nvllm.ops.moe_fp8_triton`) add each reduction slice's
