@@ -14,14 +14,18 @@ several times the instructions, a kernel that was bound by memory can become bou
 
 from __future__ import annotations
 
+import collections
+import re
 import tempfile
 from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import (
+    SASS_LINE,
     compile_for_hopper,
     disassemble,
     main_loop_instructions,
+    main_loop_lines,
     resource_usage,
 )
 from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_skinny_triton, moe_tiles, moe_triton, skinny_matmul
@@ -29,6 +33,22 @@ from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_skinny_triton, moe_tiles, mo
 # opcodes that convert or move a weight's elements: on sm_90 Triton takes e4m3 to f16 by pairs, then each
 # element to bf16 (F2FP, F2F: the conversion units); moving bits takes PRMT, SHF, LOP3 and HMUL2
 CONVERSIONS = ("F2FP", "F2F.", "PRMT", "IMAD.MOV", "HMUL2", "SHF", "LOP3")
+
+# a logic op that writes only a predicate: it tests a bit of a mask (which rows of a tile to load), and
+# moves no element
+PREDICATE_ONLY = re.compile(r"LOP3\.LUT P\d+, RZ,")
+
+
+def converting_instructions(sass: str) -> collections.Counter:
+    """The main loop's instructions that may convert or move an operand's elements (`CONVERSIONS`), by
+    opcode."""
+    return collections.Counter(
+        match.group(1)
+        for line in main_loop_lines(sass)
+        if (match := SASS_LINE.match(line))
+        and match.group(1).startswith(CONVERSIONS)
+        and not PREDICATE_ONLY.search(line)
+    )
 
 
 def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool, activation: str = "bf16"):
@@ -153,7 +173,7 @@ def grouped_fp8_activations(
     (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`). At `config` where given, else its table's."""
     if row_scales is None:
         row_scales = moe_tiles.FP8_INTERMEDIATE_PER_ROW
-    block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True)
+    block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True, per_row=row_scales)
     _, table = moe_tiles.fp8_activation_table(row_scales)
     _, gate_up_config, down_config = table[moe_tiles.config_band(pairs, 128)]
     config = config or (gate_up_config if gated else down_config)
@@ -288,7 +308,7 @@ def report(name: str, label: str, kernel, weight_bytes: int, warps: int, scratch
     registers = str(resource_usage(usage)["REG"])
     loop = main_loop_instructions(sass)
     total = sum(loop.values())
-    converting = {op: n for op, n in loop.items() if op.startswith(CONVERSIONS)}
+    converting = converting_instructions(sass)
     mma = {op: n for op, n in loop.items() if "MMA" in op}
     print(
         f"{name:38s} {label:8s}: loop {total:4d} instructions a warp x {warps} warps, "

@@ -31,8 +31,8 @@ block_k is free (`PER_ROW_DOWN_GRID`, 54) and the table printed is `FP8_ACTIVATI
 block_k the group (24), and prints `FP8_ACTIVATION_GROUP_TILE_CONFIGS`.
 `--pairs-fp32` has down write each pair's output in fp32, not bf16
 (`moe_tiles.PAIR_OUTPUTS_IN_INPUT_DTYPE` off).
-`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; `ROW_TILES` and
-`FP8_ACTIVATION_ROW_TILES` go to 64): two runs that differ in it say whether a band's row tile is the right
+`--row-tile N` sweeps every token count at N-row tiles instead of `row_tile`'s (16 to 128; the engine's
+reach 128 only on fp8 activations): two runs that differ in it say whether a band's row tile is the right
 one (the table printed is then for that tile, to paste with the row tiles that go with it).
 
 `python -m experiments.kernels.moe_tile_sweep [--tokens 1,8,64,256] [--jobs N] [--fp8 [--move-bits]

@@ -17,18 +17,29 @@ import torch
 ROW_TILES = (16, 32, 64)
 
 # The same for the matmuls on fp8 activations, which convert nothing in their loop, so a wider tile of pairs
-# costs only its accumulator. Kept apart from `ROW_TILES` so that a sweep's choice can differ; so far
-# `ROW_TILES`: 128-pair prefill tiles were slower in the layer, their down matmul the slower half
-# (experiments/results/2026-12-05-h100-fp16-rows-and-prefill-tiles.md), and 32-pair decode tiles are untimed.
-FP8_ACTIVATION_ROW_TILES = (16, 32, 64)
+# costs only its accumulator and reads each expert's weights half as often. Prefill's tiles are 128 pairs:
+# with the tensor cores summing over the whole loop (`FP8_ACTIVATION_SUMS_IN_FP32` off) the prefill layer and
+# the 30B bench were faster than at 64-pair tiles, each swept (experiments/results/
+# 2026-12-06-h100-fp8-decode-and-prefill-tiles.md; slower while each slice's sums were promoted).
+FP8_ACTIVATION_ROW_TILES = (16, 32, 128)
+
+# And for the intermediate quantized in groups (`FP8_INTERMEDIATE_PER_ROW` off): its down kernel scales each
+# group's sums in registers, which spill at 128-pair tiles.
+FP8_ACTIVATION_GROUP_ROW_TILES = (16, 32, 64)
 
 
-def row_tile(num_pairs: int, num_experts: int, quantized_activations: bool = False) -> int:
+def row_tile(
+    num_pairs: int, num_experts: int, quantized_activations: bool = False, per_row: bool | None = None
+) -> int:
     """Rows per tile for `num_pairs` (token, expert) pairs spread over `num_experts` experts, on fp8
-    activations (`nvllm.ops.moe_fp8_triton`) where `quantized_activations`."""
+    activations (`nvllm.ops.moe_fp8_triton`) where `quantized_activations`, their intermediate a scale a
+    row (`per_row`) or in groups; None: as it is quantized now (`FP8_INTERMEDIATE_PER_ROW`)."""
     per_expert = num_pairs / num_experts
     band = 0 if per_expert <= 16 else 1 if per_expert <= 64 else 2
-    return (FP8_ACTIVATION_ROW_TILES if quantized_activations else ROW_TILES)[band]
+    if not quantized_activations:
+        return ROW_TILES[band]
+    per_row = FP8_INTERMEDIATE_PER_ROW if per_row is None else per_row
+    return (FP8_ACTIVATION_ROW_TILES if per_row else FP8_ACTIVATION_GROUP_ROW_TILES)[band]
 
 
 @dataclass(frozen=True)
@@ -121,15 +132,15 @@ def pair_output_dtype(activations: torch.dtype) -> torch.dtype:
 # (most pairs per expert, gate/up's config, down's config) by the same bands, for the intermediate a scale a
 # row (`FP8_INTERMEDIATE_PER_ROW`). The engine quantizes batches of 1,024 tokens and more
 # (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`): the last two bands. The last (prefill) band's shapes are
-# the fastest of 38 probed on an H100 around the groups' (experiments/results/
-# 2026-12-06-h100-intermediate-per-row.md), not a full sweep; the third band's the sweep's at 256 tokens on
-# an H100 (experiments/results/2026-12-06-h100-fp8-sums-and-small-kernels.md); the others the groups'.
+# the sweep's at 2,048-16,384 tokens at its 128-pair tiles, the second and third bands' the sweep's at 16-256
+# tokens, all on an H100 (experiments/results/2026-12-06-h100-fp8-decode-and-prefill-tiles.md); the others
+# the groups'.
 FP8_ACTIVATION_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
-    (2, GroupedMatmulConfig(64, 128, 4, 4), GroupedMatmulConfig(64, 64, 4, 4)),
+    (2, GroupedMatmulConfig(64, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 3)),
     (16, GroupedMatmulConfig(64, 256, 4, 2), GroupedMatmulConfig(64, 128, 4, 3)),
     (64, GroupedMatmulConfig(64, 128, 4, 3), GroupedMatmulConfig(128, 64, 4, 4)),
-    (math.inf, GroupedMatmulConfig(128, 128, 8, 4), GroupedMatmulConfig(128, 128, 8, 4)),
+    (math.inf, GroupedMatmulConfig(128, 128, 8, 4), GroupedMatmulConfig(256, 128, 8, 4)),
 )
 
 # The same for the intermediate in groups (`FP8_INTERMEDIATE_PER_ROW` off): the gate/up kernel's block_n is a

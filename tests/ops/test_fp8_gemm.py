@@ -48,7 +48,7 @@ def test_the_small_batch_loop_multiplies_on_the_fp8_tensor_cores_converting_noth
     """Compiled for sm_90 on the CPU at Qwen3-8B's and Qwen3-30B-A3B's projections: fp8 MMAs (QGMMA) with
     the weight as their 64-row operand, and nothing in the loop that converts an element."""
     pytest.importorskip("triton")
-    from experiments.kernels.fp8_weights_sass import CONVERSIONS, small_batch_gemm
+    from experiments.kernels.fp8_weights_sass import converting_instructions, small_batch_gemm
     from experiments.kernels.hopper_sass import disassemble, main_loop_instructions, nvidia_tool
     from nvllm.ops.fp8_gemm import small_batch_config
 
@@ -58,10 +58,11 @@ def test_the_small_batch_loop_multiplies_on_the_fp8_tensor_cores_converting_noth
         for n, k in ((6144, 4096), (24576, 4096), (5120, 2048)):
             config = small_batch_config(n, k, 132)
             kernel, _, _ = small_batch_gemm(n, k)
-            loop = main_loop_instructions(disassemble(kernel.asm["cubin"], Path(directory))[0])
+            sass = disassemble(kernel.asm["cubin"], Path(directory))[0]
+            loop = main_loop_instructions(sass)
             # an MMA takes 64 of the weight's rows and 32 of the reduction
             assert loop["QGMMA.64"] == config.block_n // 64 * config.block_k // 32, (n, k, loop)
-            assert [op for op in loop if op.startswith(CONVERSIONS)] == ["SHF.R.S32.HI"], (n, k, loop)
+            assert list(converting_instructions(sass)) == ["SHF.R.S32.HI"], (n, k, loop)
 
 
 def test_small_batches_take_wide_strips_only_where_every_sm_still_gets_a_program():

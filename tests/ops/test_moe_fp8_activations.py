@@ -166,7 +166,7 @@ close(grouped_experts(x, *fp8_experts, weights, ids, *scales, True), "fused_expe
 close(routed_experts(x, *fp8_experts, logits, None, top_k, True, *scales, True), "routed_experts")
 # the ops sort the pairs into fp8 activations' own row tiles (20 pairs an expert here: the middle band)
 from nvllm.ops import moe_route_triton, moe_tiles, moe_triton
-moe_tiles.FP8_ACTIVATION_ROW_TILES = (16, 128, 64)
+moe_tiles.FP8_ACTIVATION_GROUP_ROW_TILES = (16, 128, 64)
 tiles_used = []
 def recording(aligned):
     def experts_in_tiles(*args):
@@ -247,7 +247,7 @@ def test_the_fp8_activation_loops_multiply_on_the_fp8_tensor_cores_converting_no
     """Compiled for sm_90 on the CPU at a single stream's, a decode batch's and a prefill's launch shapes:
     each main loop's MMAs are fp8 ones (QGMMA), and nothing in it converts or rebuilds an operand."""
     pytest.importorskip("triton")
-    from experiments.kernels.fp8_weights_sass import CONVERSIONS, FP8_ACTIVATION_KERNELS
+    from experiments.kernels.fp8_weights_sass import FP8_ACTIVATION_KERNELS, converting_instructions
     from experiments.kernels.hopper_sass import disassemble, main_loop_instructions, nvidia_tool
 
     if not Path(nvidia_tool("ptxas")).exists():
@@ -255,11 +255,12 @@ def test_the_fp8_activation_loops_multiply_on_the_fp8_tensor_cores_converting_no
     with tempfile.TemporaryDirectory() as directory:
         for name, build in FP8_ACTIVATION_KERNELS.items():
             kernel, _, _ = build()
-            loop = main_loop_instructions(disassemble(kernel.asm["cubin"], Path(directory))[0])
+            sass = disassemble(kernel.asm["cubin"], Path(directory))[0]
+            loop = main_loop_instructions(sass)
             assert loop["QGMMA.64"], (name, loop)
             assert not [op for op in loop if "HMMA" in op], name
             # the loop's one shift steps its pipeline's buffer index; nothing else converts or moves
-            assert [op for op in loop if op.startswith(CONVERSIONS)] == ["SHF.R.S32.HI"], (name, loop)
+            assert list(converting_instructions(sass)) == ["SHF.R.S32.HI"], (name, loop)
 
 
 @pytest.mark.parametrize("gated", [True, False])
