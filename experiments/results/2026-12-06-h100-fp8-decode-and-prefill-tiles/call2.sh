@@ -1,0 +1,7 @@
+set -u
+source .device/prep.sh
+date -u
+timeout 150 python3 -m pytest -m gpu -q tests/ops/test_moe_routing_gpu.py > $OUT/gpu-tests.log 2>&1; tail -3 $OUT/gpu-tests.log
+date -u
+timeout 100 python3 .device/probe_attention_splits.py > $OUT/probe-attention-splits.log 2>&1; grep -v -i warn $OUT/probe-attention-splits.log | tail -8
+date -u
