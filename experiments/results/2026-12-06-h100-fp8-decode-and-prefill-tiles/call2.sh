@@ -1,3 +1,5 @@
+# The routing kernels' GPU tests, then decode attention at the 30B's heads on the bench's rows at 1, 2 and 4 KV splits
+# (probe_attention_splits.py from 2026-12-06-h100-fp8-sums-and-small-kernels/next-calls, copied to .device/).
 set -u
 source .device/prep.sh
 date -u
