@@ -24,7 +24,8 @@ ROW_TILES = (16, 32, 64)
 FP8_ACTIVATION_ROW_TILES = (16, 32, 128)
 
 # And for the intermediate quantized in groups (`FP8_INTERMEDIATE_PER_ROW` off): its down kernel scales each
-# group's sums in registers, which spill at 128-pair tiles.
+# group's sums in registers, which spill at 128-pair tiles at its table's prefill shape (sm_90, compiled on
+# the CPU).
 FP8_ACTIVATION_GROUP_ROW_TILES = (16, 32, 64)
 
 
