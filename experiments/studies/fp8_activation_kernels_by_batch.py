@@ -50,13 +50,13 @@ def main() -> None:
     for num_tokens in (2048, 4096):
         print(errors(num_tokens), flush=True)
     moe_tiles.FP8_ACTIVATION_TILE_CONFIGS = table
-    row_tiles = moe_tiles.FP8_ACTIVATION_ROW_TILES
+    row_tiles = moe_tiles.FP8_ACTIVATION_ROW_TILES, moe_tiles.FP8_ACTIVATION_GROUP_ROW_TILES
     for rows in (16, 32, 64, 128):
-        moe_tiles.FP8_ACTIVATION_ROW_TILES = (rows, rows, rows)
+        moe_tiles.FP8_ACTIVATION_ROW_TILES = moe_tiles.FP8_ACTIVATION_GROUP_ROW_TILES = (rows, rows, rows)
         print(f"row tile forced to {rows}")
         for num_tokens in (256, 4096):
             print(errors(num_tokens), flush=True)
-    moe_tiles.FP8_ACTIVATION_ROW_TILES = row_tiles
+    moe_tiles.FP8_ACTIVATION_ROW_TILES, moe_tiles.FP8_ACTIVATION_GROUP_ROW_TILES = row_tiles
 
 
 if __name__ == "__main__":
