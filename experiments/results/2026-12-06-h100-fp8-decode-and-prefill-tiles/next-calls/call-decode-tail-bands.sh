@@ -1,8 +1,9 @@
 # The bench's last sequences decode in batches of 3-32 rows (the tail was 16 % of an H200 bench's wall time,
-# 2026-12-05-h200-moe-aims.md), on fp8 experts and bf16 activations: `FP8_TILE_CONFIGS`' bands of at most 0.5
-# and 2 pairs an expert, which no sweep has timed since gate/up reads its input as fp16 rows. Here: those
-# bands swept (3-32 tokens), then the 30B bench at the defaults and with the swept table, in one call. About
-# 8 minutes. If it wins: paste the table's two bands, run the fp8 experts' GPU tests.
+# 2026-12-05-h200-moe-aims.md), on fp8 experts and bf16 activations: `FP8_TILE_CONFIGS`' band of at most 0.5
+# pairs an expert (3-8 tokens), untimed since gate/up reads its input as fp16 rows, and its band of at most
+# 2 (9-32 tokens), whose down was swept on an H200 only. Here: both swept (3-32 tokens), then the 30B bench
+# at the defaults and with the swept table, in one call. About 8 minutes. If it wins: paste the two bands,
+# run the fp8 experts' GPU tests.
 # carry: .device/wheels .device/fa2.tar.xz .device/prep.sh (this script as .device/call-t.sh)
 set -u
 source .device/prep.sh
