@@ -171,8 +171,7 @@ def grouped_fp8_activations(
     matmul's input with a scale per token, the down matmul's with a scale per row where `row_scales`
     (gate/up then writes bf16), else per group; `row_scales` None: as the engine quantizes
     (`moe_tiles.FP8_INTERMEDIATE_PER_ROW`). At `config` where given, else its table's."""
-    if row_scales is None:
-        row_scales = moe_tiles.FP8_INTERMEDIATE_PER_ROW
+    row_scales = moe_tiles.scales_per_row(row_scales)
     block_m = moe_tiles.row_tile(pairs, 128, quantized_activations=True, per_row=row_scales)
     _, table = moe_tiles.fp8_activation_table(row_scales)
     _, gate_up_config, down_config = table[moe_tiles.config_band(pairs, 128)]

@@ -39,8 +39,7 @@ def row_tile(
     band = 0 if per_expert <= 16 else 1 if per_expert <= 64 else 2
     if not quantized_activations:
         return ROW_TILES[band]
-    per_row = FP8_INTERMEDIATE_PER_ROW if per_row is None else per_row
-    return (FP8_ACTIVATION_ROW_TILES if per_row else FP8_ACTIVATION_GROUP_ROW_TILES)[band]
+    return (FP8_ACTIVATION_ROW_TILES if scales_per_row(per_row) else FP8_ACTIVATION_GROUP_ROW_TILES)[band]
 
 
 @dataclass(frozen=True)
@@ -159,12 +158,18 @@ FP8_ACTIVATION_GROUP_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, Group
 )
 
 
+def scales_per_row(per_row: bool | None) -> bool:
+    """Whether fp8 activations' intermediate is quantized a scale a row: `per_row`, or where None as it is
+    now (`FP8_INTERMEDIATE_PER_ROW`)."""
+    return FP8_INTERMEDIATE_PER_ROW if per_row is None else per_row
+
+
 def fp8_activation_table(
     per_row: bool | None = None,
 ) -> tuple[str, tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]]:
     """The name and the table of the matmuls on fp8 activations for the intermediate a scale a row
     (`per_row`) or in groups; None: as it is quantized now (`FP8_INTERMEDIATE_PER_ROW`)."""
-    if FP8_INTERMEDIATE_PER_ROW if per_row is None else per_row:
+    if scales_per_row(per_row):
         return "FP8_ACTIVATION_TILE_CONFIGS", FP8_ACTIVATION_TILE_CONFIGS
     return "FP8_ACTIVATION_GROUP_TILE_CONFIGS", FP8_ACTIVATION_GROUP_TILE_CONFIGS
 
