@@ -1,8 +1,10 @@
 """nvllm's fp8 Triton GEMM (`nvllm.ops.fp8_gemm`) against `torch._scaled_mm` on the same quantized operands,
-at decode batches of Qwen3-8B's projections: per (shape, rows), cuBLAS' time; the kernel's in the launch
-shape `gemm_config` picks for shapes without a table entry, and in the table's (`chosen_config`); and the
-fastest of a grid of launch shapes (what `nvllm.ops.fp8_gemm.CONFIGS` holds). Each time is one call with the
-weight read from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step.
+at decode batches of `--model`'s fp8 projections (Qwen3-8B's by default): per (shape, rows), cuBLAS' time;
+the kernel's in the launch shape `gemm_config` picks for shapes without a table entry, and in the table's
+(`chosen_config`); and the fastest of a grid of launch shapes. Each time is one call with the weight read
+from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step. At the end, the
+`nvllm.ops.fp8_gemm.CONFIGS` entries to paste: per shape a band per row count timed (up to it), the grid's
+fastest, or None where cuBLAS was as fast.
 
 `--small-batch` times batches of at most 16 rows instead (`--model`'s projections, Qwen3-8B's or
 Qwen3-30B-A3B's): the skinny kernel on bf16 activations and the fp8 weight (what such batches run by
@@ -10,7 +12,7 @@ default), against `fp8_gemm`'s small-batch kernel on the quantized activations (
 `model.fp8_activations`; the quantization itself not timed) in `small_batch_config`'s launch shape and the
 fastest of `SMALL_BATCH_GRID`.
 
-`python -m experiments.kernels.fp8_gemm_bench [--rows 32,64,128,192,256] [--no-grid]`
+`python -m experiments.kernels.fp8_gemm_bench [--model qwen3-30b-a3b] [--rows 32,64,128,192,256] [--no-grid]`
 `python -m experiments.kernels.fp8_gemm_bench --small-batch [--model qwen3-30b-a3b] [--rows 1,16]`"""
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def main() -> None:
     rows = [int(m) for m in (arguments.rows or "32,64,128,192,256").split(",")]
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     torch.manual_seed(0)
-    for n, k in SHAPES["qwen3-8b"][:4]:
+    bands = {}
+    for n, k in FP8_PROJECTIONS[arguments.model]:
         q, scale = quantize_rows(torch.randn(n, k, device="cuda"))
         megabytes = n * k / 1e6
         for m in rows:
@@ -121,7 +124,18 @@ def main() -> None:
                         continue
                 best_us, best = min(timed)
                 line += f" | best {tuple(best)} {best_us:.1f}us ({megabytes / best_us:.2f} TB/s)"
+                bands.setdefault((n, k), []).append((m, best if best_us < cublas else None))
             print(line, flush=True)
+    if bands:
+        print_configs(bands)
+
+
+def print_configs(bands: dict[tuple[int, int], list[tuple[int, GemmConfig | None]]]) -> None:
+    """`nvllm.ops.fp8_gemm.CONFIGS` entries: per weight shape, (most rows, launch shape or None) by band."""
+    print("CONFIGS entries:")
+    for shape, shape_bands in bands.items():
+        text = ", ".join(f"({m}, {'None' if c is None else f'GemmConfig{tuple(c)}'})" for m, c in shape_bands)
+        print(f"    {shape}: ({text},),")
 
 
 if __name__ == "__main__":

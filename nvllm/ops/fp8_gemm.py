@@ -40,8 +40,10 @@ class GemmConfig(NamedTuple):
 
 
 # Per weight shape (n, k): (most rows, launch shape or None for cuBLAS) by band of rows, each the fastest of
-# the bench's grid at the band's largest batch measured on an H200, or None where torch._scaled_mm was as fast
-# (experiments/results/2026-12-03-h200-8b-fp8-weights.md). Qwen3-8B: qkv, o, gate/up, down.
+# the bench's grid at the band's largest batch, or None where torch._scaled_mm was as fast. Qwen3-8B's qkv,
+# o, gate/up, down measured on an H200 (experiments/results/2026-12-03-h200-8b-fp8-weights.md);
+# Qwen3-30B-A3B's qkv and o on an H100, where the kernel beat cuBLAS at every batch
+# (experiments/results/2026-12-06-h100-attention-projections-gemm.md).
 CONFIGS: dict[tuple[int, int], tuple[tuple[int, GemmConfig | None], ...]] = {
     (6144, 4096): ((128, GemmConfig(64, 64, 256, 4, 3)), (256, None)),
     (4096, 4096): ((64, GemmConfig(64, 32, 256, 4, 3)), (256, GemmConfig(64, 64, 256, 4, 3))),
@@ -51,6 +53,8 @@ CONFIGS: dict[tuple[int, int], tuple[tuple[int, GemmConfig | None], ...]] = {
         (128, GemmConfig(64, 64, 256, 4, 3)),
         (256, GemmConfig(64, 128, 256, 4, 3)),
     ),
+    (5120, 2048): ((192, GemmConfig(64, 64, 256, 4, 3)), (256, GemmConfig(64, 64, 128, 4, 4))),
+    (2048, 4096): ((128, GemmConfig(64, 32, 256, 4, 3)), (256, GemmConfig(64, 64, 256, 4, 3))),
 }
 UNMEASURED_MAX_ROWS = 64  # other shapes take the kernel up to here
 

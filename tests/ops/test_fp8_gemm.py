@@ -98,6 +98,11 @@ def test_the_table_picks_by_band_of_rows_and_leaves_the_rest_to_cublas():
     # its gate/up: cuBLAS above 64 rows; nothing past MAX_ROWS
     assert chosen_config(64, 24576, 4096, 132) == GemmConfig(64, 64, 128, 4, 4)
     assert chosen_config(65, 24576, 4096, 132) is None
+    # Qwen3-30B-A3B's q/k/v and o: the kernel at every decode batch it may take, none left to cuBLAS
+    for n, k in ((5120, 2048), (2048, 4096)):
+        assert all(chosen_config(m, n, k, 132) is not None for m in range(1, MAX_ROWS + 1))
+    assert chosen_config(128, 2048, 4096, 132) == GemmConfig(64, 32, 256, 4, 3)
+    assert chosen_config(129, 2048, 4096, 132) == GemmConfig(64, 64, 256, 4, 3)
     assert chosen_config(MAX_ROWS + 1, 4096, 12288, 132) is None
     # a shape not measured: the picked launch shape up to UNMEASURED_MAX_ROWS rows, then cuBLAS
     assert chosen_config(UNMEASURED_MAX_ROWS, 1000, 512, 132) == gemm_config(UNMEASURED_MAX_ROWS, 1000, 132)
