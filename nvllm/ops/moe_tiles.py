@@ -69,7 +69,8 @@ TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...]
 # adds to the loop's instructions. Swept on an H200 with the conversion by moving bits (`moe_tile_sweep --fp8
 # --move-bits`, experiments/results/2026-12-05-h200-ab-candidates.md); gate/up's from 16 to 512 tokens swept
 # again on an H100 for its loop on fp16 rows (`nvllm.ops.moe_triton.GATE_UP_IN_FP16`; experiments/results/
-# 2026-12-06-h100-fp16-down-and-decode-shapes.md); its first and last bands not yet.
+# 2026-12-06-h100-fp16-down-and-decode-shapes.md), its first band on an H100 too, where the table's was as
+# fast (experiments/results/2026-12-06-h100-attention-projections-gemm.md); its last not yet.
 FP8_TILE_CONFIGS: tuple[tuple[float, GroupedMatmulConfig, GroupedMatmulConfig], ...] = (
     (0.5, GroupedMatmulConfig(32, 128, 2, 3), GroupedMatmulConfig(64, 128, 4, 3)),
     (2, GroupedMatmulConfig(64, 256, 4, 3), GroupedMatmulConfig(64, 128, 4, 4)),
