@@ -4,7 +4,7 @@ the kernel's in the launch shape `gemm_config` picks for shapes without a table 
 (`chosen_config`); and the fastest of a grid of launch shapes. Each time is one call with the weight read
 from memory (`experiments.kernels.skinny_matmul_bench.time_us`), as in a model's step. At the end, the
 `nvllm.ops.fp8_gemm.CONFIGS` entries to paste: per shape a band per row count timed (up to it), the grid's
-fastest, or None where cuBLAS was as fast.
+fastest, or None where cuBLAS was as fast; neighbouring bands that pick the same, merged.
 
 `--small-batch` times batches of at most 16 rows instead (`--model`'s projections, Qwen3-8B's or
 Qwen3-30B-A3B's): the skinny kernel on bf16 activations and the fp8 weight (what such batches run by
@@ -131,10 +131,16 @@ def main() -> None:
 
 
 def print_configs(bands: dict[tuple[int, int], list[tuple[int, GemmConfig | None]]]) -> None:
-    """`nvllm.ops.fp8_gemm.CONFIGS` entries: per weight shape, (most rows, launch shape or None) by band."""
+    """`nvllm.ops.fp8_gemm.CONFIGS` entries: per weight shape, (most rows, launch shape or None) by band in
+    increasing rows, a band and the next merged where they pick the same."""
     print("CONFIGS entries:")
     for shape, shape_bands in bands.items():
-        text = ", ".join(f"({m}, {'None' if c is None else f'GemmConfig{tuple(c)}'})" for m, c in shape_bands)
+        merged = [
+            band
+            for band, later in zip(shape_bands, [*shape_bands[1:], None])
+            if later is None or later[1] != band[1]
+        ]
+        text = ", ".join(f"({m}, {'None' if c is None else f'GemmConfig{tuple(c)}'})" for m, c in merged)
         print(f"    {shape}: ({text},),")
 
 
