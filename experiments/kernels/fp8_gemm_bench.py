@@ -41,11 +41,6 @@ GRID = [
     for block_m, block_n, (block_k, num_stages), num_warps in itertools.product(
         (64, 128), (32, 64, 128), ((128, 4), (256, 3)), (4, 8)
     )
-] + [  # the reduction split over 2 or 4 programs a tile, at 64-row tiles (batches' tiles fewer than the SMs)
-    GemmConfig(64, block_n, block_k, 4, num_stages, split_k)
-    for block_n, (block_k, num_stages), split_k in itertools.product(
-        (32, 64, 128), ((128, 4), (256, 3)), (2, 4)
-    )
 ]
 
 

@@ -226,11 +226,11 @@ def small_batch_gemm(n: int, k: int):
     launch shape."""
     config = fp8_gemm.small_batch_config(n, k, 132)
     signature = dict.fromkeys(("a_ptr", "b_ptr"), "*fp8e4nv") | {"c_ptr": "*bf16"}
-    signature |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr", "partials_ptr"), "*fp32")
-    signature |= {"counters_ptr": "*i32"}
+    signature |= dict.fromkeys(("a_scale_ptr", "b_scale_ptr"), "*fp32")
     signature |= dict.fromkeys(("M", "N", "K", "stride_am", "stride_bn", "stride_cm"), "i32")
-    constants = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k)
-    constants |= dict(TRANSPOSED=True, SPLIT_K=config.split_k, PDL=True)
+    constants = dict(
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, TRANSPOSED=True, PDL=True
+    )
     aligned = ("a_ptr", "b_ptr", "c_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm")
     kernel = compile_for_hopper(
         fp8_gemm._fp8_gemm_kernel,

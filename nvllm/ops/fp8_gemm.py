@@ -23,7 +23,6 @@ import triton
 import triton.language as tl
 
 from nvllm.ops.pdl import launch_next_kernel, pdl_launch, wait_for_prior_kernel
-from nvllm.ops.split_reduction import add_split_partials, split_workspace
 
 MAX_ROWS = 256
 SMALL_BATCH_MAX_ROWS = 16  # batches up to here are computed transposed
@@ -38,9 +37,6 @@ class GemmConfig(NamedTuple):
     block_k: int
     num_warps: int
     num_stages: int
-    # programs a tile of output, each a run of the reduction's slices, summed in order by the last to finish
-    # (`nvllm.ops.split_reduction`): more programs on a batch whose tiles are fewer than the SMs
-    split_k: int = 1
 
 
 # Per weight shape (n, k): (most rows, launch shape or None for cuBLAS) by band of rows, each the fastest of
@@ -113,8 +109,6 @@ def _fp8_gemm_kernel(
     c_ptr,  # [M, N]
     a_scale_ptr,  # [M] fp32
     b_scale_ptr,  # [N] fp32
-    partials_ptr,  # [tiles, SPLIT_K, BLOCK_M, BLOCK_N] fp32 where SPLIT_K > 1
-    counters_ptr,  # [tiles] int32, zeros, where SPLIT_K > 1
     M,
     N,
     K,
@@ -125,7 +119,6 @@ def _fp8_gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     TRANSPOSED: tl.constexpr,
-    SPLIT_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
     # the row tiles of one column strip are consecutive programs: the strip is read from memory once
@@ -134,11 +127,6 @@ def _fp8_gemm_kernel(
     tile_n = tl.program_id(0) // row_tiles
     rows = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     columns = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    k_begin, k_end = 0, K
-    if SPLIT_K > 1:  # this program's run of whole slices (the last runs may be short, or empty)
-        run = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-        k_begin = tl.program_id(1) * run
-        k_end = tl.minimum(k_begin + run, K)
     wait_for_prior_kernel(PDL)  # the activations and their scales are the kernel's before
     # TRANSPOSED (a few rows): weight rows by the batch's rows, so that the weight fills the fp8 MMA's
     # 64-row operand
@@ -146,7 +134,7 @@ def _fp8_gemm_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for start in range(k_begin, k_end, BLOCK_K):
+    for start in range(0, K, BLOCK_K):
         ks = start + tl.arange(0, BLOCK_K)
         a = tl.load(
             a_ptr + rows[:, None] * stride_am + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K), 0.0
@@ -163,14 +151,6 @@ def _fp8_gemm_kernel(
     launch_next_kernel(PDL)  # after the loop: the next kernel's programs would take this one's SM slots
     if TRANSPOSED:
         acc = tl.trans(acc)
-    if SPLIT_K > 1:
-        tile = tl.program_id(0)
-        tile_partials = partials_ptr + tile * SPLIT_K * BLOCK_M * BLOCK_N
-        acc, last = add_split_partials(
-            acc, tile_partials, counters_ptr + tile, tl.program_id(1), SPLIT_K, BLOCK_M, BLOCK_N
-        )
-        if not last:
-            return
     acc *= tl.load(a_scale_ptr + rows, rows < M, 0.0)[:, None]
     acc *= tl.load(b_scale_ptr + columns, columns < N, 0.0)[None, :]
     out = c_ptr + rows[:, None] * stride_cm + columns[None, :]
@@ -200,18 +180,13 @@ def fp8_gemm(
     if config is None:
         num_sms = device_sms(x_q.device)
         config = chosen_config(m, n, k, num_sms) or gemm_config(m, n, num_sms)
-    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
-    partials = counters = out  # unread where split_k == 1
-    if config.split_k > 1:
-        partials, counters = split_workspace(out, tiles, config.split_k, config.block_m, config.block_n)
-    _fp8_gemm_kernel[(tiles, config.split_k)](
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    _fp8_gemm_kernel[grid](
         x_q,
         q,
         out,
         x_scale.contiguous(),
         scale.contiguous(),
-        partials,
-        counters,
         m,
         n,
         k,
@@ -222,7 +197,6 @@ def fp8_gemm(
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
         TRANSPOSED=m <= SMALL_BATCH_MAX_ROWS,
-        SPLIT_K=config.split_k,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **pdl_launch(x_q.device),
