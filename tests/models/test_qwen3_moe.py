@@ -307,9 +307,12 @@ def test_fp8_experts_compute_what_transformers_does_holding_the_dequantized_weig
         assert (row - exact).abs().max() > 1e-2  # the experts were quantized
 
 
-def reference_experts_on_fp8_activations(hf: torch.nn.Module) -> None:
+def reference_experts_on_fp8_activations(hf: torch.nn.Module, ranks: int = 1) -> None:
     """Each sparse layer's experts of `hf` computed by the torch reference on fp8 activations
-    (`experts_reference(..., quantize_activations=True)`), from its experts quantized as the engine's."""
+    (`experts_reference(..., quantize_activations=True)`), from its experts quantized as the engine's; with
+    `ranks` > 1 as a tensor-parallel engine computes them: each rank's slice of every expert's intermediate
+    on its own (its scales of the weights' whole rows, its own of the intermediate's), the slices' outputs
+    summed."""
     experts = [m for m in hf.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "down_proj")]
     if not experts:
         pytest.skip("this transformers does not stack a layer's experts in one module")
@@ -318,18 +321,27 @@ def reference_experts_on_fp8_activations(hf: torch.nn.Module) -> None:
             quantize_rows(module.gate_up_proj),
             quantize_rows(module.down_proj),
         )
+        intermediate = down.shape[2]
+        width = intermediate // ranks
+        shards = []
+        for rank in range(ranks):
+            mine = torch.arange(rank * width, (rank + 1) * width)
+            rows = torch.cat([mine, intermediate + mine])  # the gate's rows of the slice, then the up's
+            shards.append((gate_up[:, rows], down[:, :, mine], gate_up_scale[:, rows], down_scale))
 
-        def forward(x, top_k_index, top_k_weights, quantized=(gate_up, down, gate_up_scale, down_scale)):
-            gate_up, down, gate_up_scale, down_scale = quantized
-            return experts_reference(
-                x,
-                gate_up,
-                down,
-                top_k_weights,
-                top_k_index,
-                gate_up_scale,
-                down_scale,
-                quantize_activations=True,
+        def forward(x, top_k_index, top_k_weights, shards=shards):
+            return sum(
+                experts_reference(
+                    x,
+                    gate_up,
+                    down,
+                    top_k_weights,
+                    top_k_index,
+                    gate_up_scale,
+                    down_scale,
+                    quantize_activations=True,
+                )
+                for gate_up, down, gate_up_scale, down_scale in shards
             )
 
         module.forward = forward
@@ -356,6 +368,39 @@ def test_fp8_activations_compute_what_transformers_does_with_the_reference_exper
     for row, reference, other in zip(ours, expected, weights_only):
         torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
         assert (row - other).abs().max() > 1e-3  # the activations were quantized
+
+
+# a tensor-parallel rank holds a slice of these projections' input features
+ROW_PARALLEL = ("self_attn.o_proj", "mlp.down_proj")
+
+
+def test_fp8_activations_at_tp2_compute_what_transformers_does_with_each_ranks_slices(moe_checkpoint):
+    """`model.fp8_activations` at TP=2: each rank quantizes what it holds, a scale per token over its slice:
+    the inputs of the row-parallel projections (o, the dense layer's down) and the experts' intermediate
+    (`nvllm.layers.fused_moe`), so TP=2 is not TP=1's quantization; the oracle quantizes as the ranks do.
+    One step of 1,027 tokens, as the engine's experts quantize batches of `FP8_ACTIVATIONS_MIN_TOKENS` and
+    more (the workers' setting, which this process cannot change); most of them two prompts of one token
+    repeated, whose positions all hold the same hidden state: among a thousand distinct rows some element
+    would sit at an fp8 rounding's edge, where the fp32 sums' order alone rounds it the other way."""
+    prompts = [[7] * 500, [5] * 500, list(range(1000, 1023)), [9287, 11, 1879, 0]]
+    assert sum(map(len, prompts)) >= moe_ops.FP8_ACTIVATIONS_MIN_TOKENS
+    hf = transformers.Qwen3MoeForCausalLM.from_pretrained(str(moe_checkpoint), dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference_experts_on_fp8_activations(hf, ranks=2)
+        dequantize_like_the_engine(hf)
+        quantize_inputs_per_token(hf.model.layers, skip=("mlp.gate",), ranks=2, row_parallel=ROW_PARALLEL)
+        expected = [hf(torch.tensor([p])).logits[0, -1] for p in prompts]
+    settings = dict(FP8_SETTINGS, num_kvcache_blocks=80, max_model_len=512)
+    with LLM(
+        str(moe_checkpoint),
+        enforce_eager=True,
+        tensor_parallel_size=2,
+        model__fp8_activations=True,
+        **settings,
+    ) as llm:
+        ours = prefill_logits(llm, prompts)
+    for row, reference in zip(ours, expected):
+        torch.testing.assert_close(row, reference, atol=2e-4, rtol=1e-4)
 
 
 def test_fp8_activations_need_fp8_weights(moe_checkpoint):
