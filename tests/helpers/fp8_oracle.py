@@ -28,5 +28,5 @@ def quantize_inputs_per_token(
 
     for name, module in layers.named_modules():
         if isinstance(module, torch.nn.Linear) and not name.endswith(skip):
-            slices = ranks if row_parallel and name.endswith(row_parallel) else 1
+            slices = ranks if name.endswith(row_parallel) else 1
             module.register_forward_pre_hook(quantized_in_slices(slices))
