@@ -13,6 +13,7 @@ from nvllm.config import EngineConfig
 from nvllm.engine.llm_engine import Prompt
 from nvllm.engine.progress import stderr_is_terminal
 from nvllm.engine.rates import tokens_per_second
+from nvllm.profiling.kernel_compiles import triton_compiles
 from nvllm.sampling_params import SamplingParams
 
 RANDOM_WEIGHTS_NOTE = (
@@ -78,12 +79,20 @@ def _counters(llm: LLM) -> dict[str, tuple[int, float]]:
 def measured(llm: LLM) -> Iterator[dict]:
     """Wall time, prefill/decode tok/s and the prefix cache's hit rate of what runs inside the block (the
     engine's own counters would include the warm-up and earlier repeats), into the yielded dict when the
-    block ends."""
+    block ends; and `kernel_compiles`, the Triton kernels compiled inside it (None where Triton cannot say),
+    named in a printed warning: each is a launch shape the warm-up missed, its compile in the wall time."""
     metrics: dict = {}
     before = _counters(llm)
-    start = time.perf_counter()
-    yield metrics
-    metrics["wall_s"] = time.perf_counter() - start
+    with triton_compiles() as compiled:
+        start = time.perf_counter()
+        yield metrics
+        metrics["wall_s"] = time.perf_counter() - start
+    metrics["kernel_compiles"] = None if compiled is None else len(compiled)
+    if compiled:
+        print(
+            f"Warning: Triton compiled {len(compiled)} kernel(s) inside the measured run, in its wall time "
+            f"(launch shapes the warm-up had not met): {', '.join(compiled)}"
+        )
     after = _counters(llm)
     for phase in ("prefill", "decode"):
         tokens, seconds = (now - then for now, then in zip(after[phase], before[phase]))

@@ -13,7 +13,14 @@ Two ways to the same layout:
   `_scatter_chunks_kernel`): each chunk's pairs counted by expert, then a program per expert places its run
   and each chunk's share of it from those counts, then each chunk sorts its own pairs by expert and writes
   each where its expert's share starts. Each pair is read twice in all.
-`align_by_expert` takes the chunks from `ALIGN_IN_CHUNKS_MIN_PAIRS` pairs."""
+`align_by_expert` takes the chunks from `ALIGN_IN_CHUNKS_MIN_PAIRS` pairs.
+
+The chunks' kernels compile once for every step size: the counts that follow the step's tokens (pairs,
+slots, chunks) are not specialized, as Triton would by their divisibility by 16. A prefill step whose
+number of chunks was not a multiple of 16, which no warm-up prompt had given, compiled `_place_runs_kernel`
+again inside the 30B bench's measured prefill (experiments/results/2026-12-06-h100-prefill-compiles.md).
+The one launch, which serves decode batches, keeps Triton's specialization: the decode graphs' capture
+meets both kinds of count."""
 
 from __future__ import annotations
 
@@ -167,7 +174,7 @@ def align_by_expert(
     return sorted_pairs, tile_expert
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _count_chunks_kernel(
     ids_ptr,
     chunk_counts_ptr,
@@ -184,7 +191,7 @@ def _count_chunks_kernel(
     tl.store(chunk_counts_ptr + chunk * EXPERTS_POW2 + tl.arange(0, EXPERTS_POW2), counts)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs", "capacity", "num_chunks"])
 def _place_runs_kernel(
     chunk_counts_ptr,
     chunk_starts_ptr,
@@ -229,7 +236,7 @@ def _place_runs_kernel(
         placed += tl.sum(mine)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_pairs"])
 def _scatter_chunks_kernel(
     ids_ptr,
     chunk_starts_ptr,

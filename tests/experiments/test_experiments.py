@@ -25,6 +25,7 @@ REPEATED_METRICS = {
     "prefill_tok_per_s",
     "decode_tok_per_s",
     "prefix_cache_hit_rate",
+    "kernel_compiles",
     *(f"{phase}_{kind}" for phase in ("prefill", "decode") for kind in ("mfu", "mbu")),
 }
 BENCH_METRICS = {
