@@ -2,8 +2,9 @@
 `@triton.jit`) that Triton compiled, or loaded from its disk cache, for a launch it had not seen in this
 process. Triton compiles again for every new specialization of a launch (a constexpr, an integer argument's
 divisibility by 16), so a kernel compiled inside a measured run is a launch shape the warm-up missed, and
-its compile time (a tenth of a second and more) is in the measured time. Inductor's kernels are compiled
-with the model and are not counted; under tensor parallelism only this process's kernels are."""
+its compile is in the measured time (experiments/results/2026-12-06-h100-prefill-compiles.md). Inductor's
+kernels are compiled with the model and are not counted; under tensor parallelism only this process's
+kernels are."""
 
 from __future__ import annotations
 
