@@ -21,11 +21,9 @@ from functools import partial
 from pathlib import Path
 
 from experiments.kernels.hopper_sass import (
-    SASS_LINE,
     compile_for_hopper,
     disassemble,
     main_loop_instructions,
-    main_loop_lines,
     resource_usage,
 )
 from nvllm.ops import fp8_gemm, moe_fp8_triton, moe_skinny_triton, moe_tiles, moe_triton, skinny_matmul
@@ -41,14 +39,10 @@ PREDICATE_ONLY = re.compile(r"LOP3\.LUT P\d+, RZ,")
 
 def converting_instructions(sass: str) -> collections.Counter:
     """The main loop's instructions that may convert or move an operand's elements (`CONVERSIONS`), by
-    opcode."""
-    return collections.Counter(
-        match.group(1)
-        for line in main_loop_lines(sass)
-        if (match := SASS_LINE.match(line))
-        and match.group(1).startswith(CONVERSIONS)
-        and not PREDICATE_ONLY.search(line)
-    )
+    opcode; a logic op that writes only a predicate left out."""
+    moving = "\n".join(line for line in sass.splitlines() if not PREDICATE_ONLY.search(line))
+    loop = main_loop_instructions(moving)
+    return collections.Counter({op: n for op, n in loop.items() if op.startswith(CONVERSIONS)})
 
 
 def skinny(weight: str, n: int, k: int, gated: bool, move_bits: bool, activation: str = "bf16"):
