@@ -1,26 +1,16 @@
 """`triton_compiles`: the Triton kernels compiled inside a block, as Triton's compile hook reports them. On
 the CPU no kernel compiles, so these call the hook as Triton calls it before it compiles a launch it has not
-seen (`JITFunction._do_compile`); the GPU test in `tests/experiments/test_warm_up_gpu.py` has real ones."""
+seen (`tests.helpers.triton_compiles`); the GPU test in `tests/experiments/test_warm_up_gpu.py` has real
+ones."""
 
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import pytest
 
 from nvllm.profiling.kernel_compiles import triton_compiles
+from tests.helpers.triton_compiles import compile_launch
 
 knobs = pytest.importorskip("triton").knobs
-
-
-def compile_launch(name: str):
-    """What Triton does before it compiles a kernel (`name`) for a new launch: call its cache hook, whose
-    true result would skip the compile."""
-    hook = knobs.runtime.jit_cache_hook
-    if hook is None:
-        return None
-    fn = SimpleNamespace(module=None, name=name, jit_function=None)
-    return hook(key=(), repr=name, fn=fn, compile={}, is_manual_warmup=False, already_compiled=False)
 
 
 def test_the_kernels_compiled_inside_the_block_are_named_in_order():
