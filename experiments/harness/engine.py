@@ -34,36 +34,12 @@ def start_engine(config: EngineConfig) -> LLM:
     return LLM.from_config(config)
 
 
-# The prompt lengths the warm-up prefills on a GPU, one prompt each, capped at a step's token budget; each
-# also one token shorter (`warm_up`).
-WARM_UP_PREFILL_LENGTHS = (8, 32, 128, 512, 2048, 8192, 32768)
-
-
 def warm_up(llm: LLM) -> None:
-    """Requests before timing: a process's first steps pay one-off costs (lazy library initialisation,
-    kernel selection) that would otherwise land in the first job of a sweep. One short request, as
-    nano-vLLM's bench does; on a GPU, a prompt of each of `WARM_UP_PREFILL_LENGTHS` as well (as long as a
-    step's budget, `max_model_len` and the KV cache allow). Triton compiles
-    a kernel the first time a launch shape comes, and some launch shapes follow a step's token count (the
-    MoE matmuls' bands, `nvllm.ops.moe_tiles`), and Triton compiles a kernel again for an integer argument
-    that is not a multiple of 16 where the last was (it specializes on that): so each length comes with one
-    a token shorter, odd. The decode graphs' capture meets every decode batch, but no prefill: on a cold
-    machine those compiles fell inside the measured prefill
-    (experiments/results/2026-12-05-h100-fp16-dots-and-cold-prefill.md,
-    experiments/results/2026-12-05-h200-moe-aims.md). Each prompt has its own token, so that none is
-    served from another's cached prefix."""
-    params = SamplingParams(max_tokens=2, ignore_eos=True)
-    llm.generate([[0] * 8], params, use_tqdm=False)
-    if not llm.config.device.startswith("cuda"):
-        return
-    scheduler = llm.config.scheduler
-    kv_tokens = llm.stats()["num_kv_blocks"] * llm.config.cache.block_size
-    room = min(scheduler.max_model_len, kv_tokens) - params.max_tokens
-    longest = max(0, min(scheduler.max_num_batched_tokens, room))
-    capped = {min(length, longest) for length in WARM_UP_PREFILL_LENGTHS}
-    lengths = sorted(length for length in capped | {length - 1 for length in capped} if length > 0)
-    for token, length in enumerate(lengths, start=1):
-        llm.generate([[token] * length], params, use_tqdm=False)
+    """A request before timing, as nano-vLLM's bench has: a process's first steps pay one-off costs (lazy
+    library initialisation, kernel selection) that would otherwise land in the first job of a sweep. The
+    Triton kernels of prefill steps of every size were compiled by the engine's start-up
+    (`nvllm.runner.prefill_warm_up`)."""
+    llm.generate([[0] * 8], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)
 
 
 def _counters(llm: LLM) -> dict[str, tuple[int, float]]:
@@ -80,7 +56,8 @@ def measured(llm: LLM) -> Iterator[dict]:
     """Wall time, prefill/decode tok/s and the prefix cache's hit rate of what runs inside the block (the
     engine's own counters would include the warm-up and earlier repeats), into the yielded dict when the
     block ends; and `kernel_compiles`, the Triton kernels compiled inside it (None where Triton cannot say),
-    named in a printed warning: each is a launch shape the warm-up missed, its compile in the wall time."""
+    named in a printed warning: each is a launch shape start-up's prefill warm-up and the harness's warm-up
+    missed, its compile in the wall time."""
     metrics: dict = {}
     before = _counters(llm)
     with triton_compiles() as compiled:
@@ -91,7 +68,7 @@ def measured(llm: LLM) -> Iterator[dict]:
     if compiled:
         print(
             f"Warning: Triton compiled {len(compiled)} kernel(s) inside the measured run, in its wall time "
-            f"(launch shapes the warm-up had not met): {', '.join(compiled)}"
+            f"(launch shapes start-up and the warm-up had not met): {', '.join(compiled)}"
         )
     after = _counters(llm)
     for phase in ("prefill", "decode"):

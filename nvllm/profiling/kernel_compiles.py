@@ -1,10 +1,10 @@
 """The Triton kernels compiled while a block of code runs: nvllm's own kernels (those launched through
 `@triton.jit`) that Triton compiled, or loaded from its disk cache, for a launch it had not seen in this
 process. Triton compiles again for every new specialization of a launch (a constexpr, an integer argument's
-divisibility by 16), so a kernel compiled inside a measured run is a launch shape the warm-up missed, and
-its compile is in the measured time (experiments/results/2026-12-06-h100-prefill-compiles.md). Inductor's
-kernels are compiled with the model and are not counted; under tensor parallelism only this process's
-kernels are."""
+divisibility by 16), so a kernel compiled inside a measured run is a launch shape start-up's warm-ups
+(`nvllm.runner.prefill_warm_up`, the CUDA graphs' capture) missed, and its compile is in the measured time
+(experiments/results/2026-12-06-h100-prefill-compiles.md). Inductor's kernels are compiled with the model
+and are not counted; under tensor parallelism only this process's kernels are."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ class Runner(Protocol):
     dtype: torch.dtype  # the model's (and so the logits') dtype
     backend: AttentionBackend  # the step builder plans steps with this same object
     num_blocks: int  # KV-cache blocks per rank
-    timings: dict[str, float]  # start-up seconds: load_s, compile_s (the sampler's included), capture_s
+    # start-up seconds: load_s, compile_s (the sampler's and the prefill warm-up's included), capture_s
+    timings: dict[str, float]
     cuda_graph_pool_bytes: int | None  # device memory the CUDA-graph capture reserved (None: no capture)
     weight_bytes: int  # bytes of the model's parameters and buffers (rank 0's shard)
     graph_plan: GraphPlan  # the step shapes its CUDA graphs hold, which the step builder pads to

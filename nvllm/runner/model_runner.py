@@ -25,6 +25,7 @@ from nvllm.runner.dtypes import DTYPES, kv_cache_dtype
 from nvllm.runner.graph_plan import GraphPlan
 from nvllm.runner.graph_runner import GraphRunner
 from nvllm.runner.memory import cpu_kv_budget_bytes, kv_bytes_per_block
+from nvllm.runner.prefill_warm_up import prefill_warm_up_tokens
 from nvllm.runner.step_inputs import StepInputs, dummy_step, to_device_round, token_table_rows
 from nvllm.sampling.sampler import Sampler, SamplingBatch
 from nvllm.transfer import to_device
@@ -91,6 +92,8 @@ class ModelRunner:
         self.token_table = torch.zeros(rows, dtype=torch.int64, device=self.device)
         if config.compile.enabled:
             self._compile()
+        if config.compile.prefill_warm_up and self.device.startswith("cuda"):
+            self.warm_up_prefill()
         self.sampler = self._make_sampler() if rank == 0 else None
 
     # ---- construction -------------------------------------------------------------------------------
@@ -199,6 +202,20 @@ class ModelRunner:
         self.timings["capture_s"] = time.perf_counter() - start
         self.trust_decode_guards = True  # every decode shape has run (see CompiledModel)
 
+    @torch.no_grad()
+    def warm_up_prefill(self) -> None:
+        """Run a prefill step of each of `prefill_warm_up_tokens` through the model as a prefill the graphs
+        do not hold runs (see `nvllm.runner.prefill_warm_up`): its time counts as compile time. The steps
+        write no KV and attend within block 0 (sequences of at most a block each), so the cache's contents
+        stay as they were; every rank runs the same steps."""
+        start = time.perf_counter()
+        block_size = self.config.cache.block_size
+        for tokens in prefill_warm_up_tokens(self.config.scheduler.max_num_batched_tokens):
+            self._run_model(dummy_step(self.backend, tokens, blocks_for(tokens, block_size)))
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+        self.timings["compile_s"] += time.perf_counter() - start
+
     def _make_sampler(self) -> Sampler:
         """The sampler, its graphs (where `compile.sampler` says) or its race kernels (`compile.race_kernel`,
         on CUDA) compiled now rather than on a first batch: their time counts as compile time."""
@@ -220,6 +237,10 @@ class ModelRunner:
         input ids are read from the token table."""
         if self.graph_runner is not None and self.graph_runner.can_replay(inputs):
             return self.graph_runner.replay(inputs)
+        return self._run_model(inputs)
+
+    def _run_model(self, inputs: StepInputs) -> torch.Tensor:
+        """`forward` without the CUDA graphs: the compiled model, else the eager one."""
         if inputs.input_ids is None:
             input_ids = self.token_table[to_device(inputs.token_rows, self.device)]
             inputs = dataclasses.replace(inputs, input_ids=input_ids)

@@ -1,6 +1,6 @@
 """`triton_compiles`: the Triton kernels compiled inside a block, as Triton's compile hook reports them. On
 the CPU no kernel compiles, so these call the hook as Triton calls it before it compiles a launch it has not
-seen (`tests.helpers.triton_compiles`); the GPU test in `tests/experiments/test_warm_up_gpu.py` has real
+seen (`tests.helpers.triton_compiles`); the GPU test in `tests/runner/test_prefill_warm_up_gpu.py` has real
 ones."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The harness's warm-up on the GPU: after it, a prefill step of any size runs kernels Triton has compiled,
-so that no compile lands in a measured run. One layer of each model's shapes, in the configurations the
-benchmarks run (Qwen3-30B-A3B with fp8 experts on fp8 activations and the fp8 cache; bf16; Qwen3-8B in
-bf16 and in fp8 with the fp8 cache). The cases share a process, and what one compiled stays compiled for
-the next: the bench's configuration comes first. `python -m pytest -m gpu
-tests/experiments/test_warm_up_gpu.py`."""
+"""Start-up's prefill warm-up on the GPU: once an engine has started, a prefill step of any size runs
+kernels Triton has compiled, so that no compile lands in a user's first prompts or in a measured run. One
+layer of each model's shapes, in the configurations the benchmarks run (Qwen3-30B-A3B with fp8 experts on
+fp8 activations and the fp8 cache; bf16; Qwen3-8B in bf16 and in fp8 with the fp8 cache). The cases share
+a process, and what one compiled stays compiled for the next: the bench's configuration comes first.
+`python -m pytest -m gpu tests/runner/test_prefill_warm_up_gpu.py`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import random
 
 import pytest
 
-from experiments.harness.engine import warm_up
 from nvllm import LLM, SamplingParams
 from nvllm.profiling.kernel_compiles import triton_compiles
 
@@ -41,16 +40,16 @@ FP8 = dict(quantization="fp8", cache__dtype="fp8")
         ("qwen3-8b", FP8),
     ],
 )
-def test_after_the_warm_up_prefill_steps_of_any_size_compile_no_triton_kernel(model, settings):
+def test_after_start_up_prefill_steps_of_any_size_compile_no_triton_kernel(model, settings):
     settings = dict(model__num_hidden_layers=1, max_num_batched_tokens=16384, max_model_len=4096, **settings)
     params = SamplingParams(max_tokens=2, ignore_eos=True)
     rng = random.Random(0)
-    with LLM(model, **settings) as llm:
-        with triton_compiles() as at_warm_up:
-            warm_up(llm)
-        assert at_warm_up is not None, "this Triton has no compile hook: nothing would be counted"
+    with triton_compiles() as at_start_up:
+        llm = LLM(model, **settings)
+    assert at_start_up is not None, "this Triton has no compile hook: nothing would be counted"
+    with llm:
         with triton_compiles() as compiled:
             for tokens in STEP_TOKENS:
                 # one step: the step's budget holds all its prompts
                 llm.generate(prompts_of(tokens, 4000, rng), params, use_tqdm=False)
-    assert compiled == [], f"compiled after the warm-up ({len(at_warm_up)} in it): {compiled}"
+    assert compiled == [], f"compiled after start-up ({len(at_start_up)} in it): {compiled}"

@@ -1,0 +1,21 @@
+"""Start-up's prefill warm-up: the prefill step sizes a runner runs once before serving, so that the Triton
+kernels a prefill launches are compiled at start-up rather than inside a user's first long prompts.
+
+Triton compiles a kernel the first time a launch shape comes, and some launch shapes follow a step's token
+count (a MoE's expert matmuls take one per band of tokens an expert, `nvllm.ops.moe_tiles`); it compiles
+again the first time an integer argument is not a multiple of 16 where it was (it specializes on that). The
+decode graphs' capture meets every decode batch and the prefill graphs' every small prefill, but a prefill
+the graphs do not hold runs at its own token count: on a fresh engine its first prompts of a few thousand
+tokens waited seconds on those compiles (experiments/results/2026-12-06-h100-engine-prefill-warm-up.md)."""
+
+from __future__ import annotations
+
+# The prefill steps' token counts the warm-up runs, capped at a step's token budget; each also a token
+# shorter, odd (`prefill_warm_up_tokens`).
+PREFILL_WARM_UP_TOKENS = (8, 32, 128, 512, 2048, 8192, 32768)
+
+
+def prefill_warm_up_tokens(max_num_batched_tokens: int) -> list[int]:
+    """The token counts of the warm-up's prefill steps within a step's budget, smallest first."""
+    capped = {min(tokens, max_num_batched_tokens) for tokens in PREFILL_WARM_UP_TOKENS}
+    return sorted(tokens for tokens in capped | {tokens - 1 for tokens in capped} if tokens > 0)
