@@ -159,10 +159,10 @@ class CompileConfig:
     # bucket (16, 32, ... up to this): a compiled prefill launched from Python costs far more host time
     # than its kernels take on the GPU (every kernel and op is launched from Python). 0: none.
     max_prefill_graph_tokens: int = 2048
-    # On CUDA, start-up runs a prefill step of each of a ladder of token counts, so that Triton compiles
-    # the kernels a prefill's size picks then, not inside the first long prompts
-    # (`nvllm.runner.prefill_warm_up`); its time counts as compile time
-    prefill_warm_up: bool = True
+    # Start-up runs a prefill step of each of a ladder of token counts, so that Triton compiles the kernels
+    # a prefill's size picks then, not inside the first long prompts (`nvllm.runner.prefill_warm_up`; its
+    # time counts as compile time): auto | on | off. auto: on CUDA (the CPU runs no Triton kernel)
+    prefill_warm_up: str = "auto"
     # A file of inductor's portable cache artifacts: read before compiling when it exists, written after
     # start-up's compiles, so that a start-up with empty local inductor/Triton caches compiles warm from it
     cache_artifacts: str | None = None

@@ -19,6 +19,8 @@ from nvllm.models.hf_config import model_from_checkpoint
 from nvllm.models.hub import model_checkpoint
 from nvllm.models.presets import model_preset
 from nvllm.runner.dtypes import DTYPES, KV_CACHE_DTYPES, resolved_dtype
+from nvllm.runner.prefill_warm_up import MODES as PREFILL_WARM_UP_MODES
+from nvllm.runner.prefill_warm_up import resolved_mode as resolved_prefill_warm_up
 from nvllm.sampling.sampler import COMPILE_MODES as SAMPLER_COMPILE_MODES
 from nvllm.scheduler.policy import RANKS
 
@@ -168,6 +170,8 @@ def validate(config: EngineConfig) -> None:
         )
     if config.compile.sampler not in SAMPLER_COMPILE_MODES:
         problems.append(f"compile.sampler={config.compile.sampler!r} must be {one_of(SAMPLER_COMPILE_MODES)}")
+    if (warm_up := config.compile.prefill_warm_up) not in PREFILL_WARM_UP_MODES:
+        problems.append(f"compile.prefill_warm_up={warm_up!r} must be {one_of(PREFILL_WARM_UP_MODES)}")
     if (max_prefill_graph_tokens := config.compile.max_prefill_graph_tokens) < 0:
         problems.append(f"compile.max_prefill_graph_tokens={max_prefill_graph_tokens} must be 0 or more")
     profile = config.profile
@@ -194,7 +198,8 @@ def require_capability(device: str, minimum: tuple[int, int], setting: str, why:
 def resolve(config: EngineConfig) -> EngineConfig:
     """`config` validated, with every `auto` settled for this machine: the device (`cuda` when there is one),
     the attention backend (flash-attn where it can run), the dtype (bf16 on CUDA, fp32 on the CPU) and
-    whether to compile the model and the sampler (on CUDA). Resolving a resolved config changes nothing."""
+    whether to compile the model and the sampler and to warm up prefill (on CUDA). Resolving a resolved
+    config changes nothing."""
     validate(config)
     device = config.device
     if device == "auto":
@@ -218,5 +223,10 @@ def resolve(config: EngineConfig) -> EngineConfig:
         device=device,
         model=dataclasses.replace(config.model, dtype=dtype),
         attention=dataclasses.replace(config.attention, backend=backend.name),
-        compile=dataclasses.replace(config.compile, enabled=enabled, sampler=sampler),
+        compile=dataclasses.replace(
+            config.compile,
+            enabled=enabled,
+            sampler=sampler,
+            prefill_warm_up=resolved_prefill_warm_up(config.compile.prefill_warm_up, on_cuda),
+        ),
     )

@@ -92,7 +92,7 @@ class ModelRunner:
         self.token_table = torch.zeros(rows, dtype=torch.int64, device=self.device)
         if config.compile.enabled:
             self._compile()
-        if config.compile.prefill_warm_up and self.device.startswith("cuda"):
+        if config.compile.prefill_warm_up == "on":
             self.warm_up_prefill()
         self.sampler = self._make_sampler() if rank == 0 else None
 

@@ -10,9 +10,17 @@ tokens waited seconds on those compiles (experiments/results/2026-12-06-h100-eng
 
 from __future__ import annotations
 
+# `compile.prefill_warm_up`: auto (on CUDA), on, off
+MODES = ("auto", "on", "off")
+
 # The prefill steps' token counts the warm-up runs, capped at a step's token budget; each also a token
 # shorter, odd (`prefill_warm_up_tokens`).
 PREFILL_WARM_UP_TOKENS = (8, 32, 128, 512, 2048, 8192, 32768)
+
+
+def resolved_mode(mode: str, on_cuda: bool) -> str:
+    """`compile.prefill_warm_up` for a device: auto is on on CUDA and off elsewhere."""
+    return ("on" if on_cuda else "off") if mode == "auto" else mode
 
 
 def prefill_warm_up_tokens(max_num_batched_tokens: int) -> list[int]:

@@ -1,15 +1,44 @@
-"""Start-up's prefill warm-up (`nvllm.runner.prefill_warm_up`): the step sizes it runs, and that running them
-through a runner leaves the engine as it was. Its effect on the GPU (no Triton compile in later prefill
-steps) is `tests/runner/test_prefill_warm_up_gpu.py`'s."""
+"""Start-up's prefill warm-up (`nvllm.runner.prefill_warm_up`): when it runs (`compile.prefill_warm_up`),
+the step sizes it runs, and that running them leaves the engine as it was, also under tensor parallelism.
+Its effect on the GPU (no Triton compile in later prefill steps) is
+`tests/runner/test_prefill_warm_up_gpu.py`'s."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 
 from nvllm import SamplingParams
+from nvllm.config import EngineConfig
+from nvllm.engine.config_resolution import resolve
 from nvllm.runner.prefill_warm_up import prefill_warm_up_tokens
 from tests.helpers.engine_utils import random_prompt, tiny_llm
+
+
+def resolved_mode(mode: str, device: str) -> str:
+    config = EngineConfig(device=device)
+    config = dataclasses.replace(config, compile=dataclasses.replace(config.compile, prefill_warm_up=mode))
+    resolved = resolve(config)
+    assert resolve(resolved) == resolved  # resolving a resolved config changes nothing
+    return resolved.compile.prefill_warm_up
+
+
+@pytest.mark.parametrize("mode, expected", [("auto", "off"), ("on", "on"), ("off", "off")])
+def test_on_the_cpu_the_warm_up_runs_only_when_asked_for(mode, expected):
+    assert resolved_mode(mode, "cpu") == expected
+
+
+def test_auto_warms_up_on_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolved_mode("auto", "cuda") == "on"
+    assert resolved_mode("off", "cuda") == "off"
+
+
+def test_an_unknown_warm_up_mode_is_refused():
+    with pytest.raises(ValueError, match="compile.prefill_warm_up='always' must be auto, on or off"):
+        resolved_mode("always", "cpu")
 
 
 @pytest.mark.parametrize(
@@ -52,3 +81,28 @@ def test_the_warm_up_runs_a_prefill_of_each_count_through_the_model_and_leaves_t
             assert torch.equal(layer.k_cache, k_before) and torch.equal(layer.v_cache, v_before)
         assert llm.generate([prompt], greedy, use_tqdm=False)[0]["token_ids"] == expected
         assert llm.stats()["prefix_cache_hit_tokens"] > 0  # the second prompt was served from those blocks
+
+
+@pytest.mark.parametrize("tensor_parallel_size", [1, 2])
+def test_an_engine_warmed_up_at_start_up_generates_as_one_that_was_not(tensor_parallel_size):
+    """Every rank runs the warm-up's steps at start-up (their all-reduces pair up; one rank alone would
+    wait forever), and they change nothing the engine then computes."""
+    settings = dict(
+        kvcache_block_size=16,
+        num_kvcache_blocks=24,
+        max_model_len=128,
+        max_num_batched_tokens=300,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+    greedy = SamplingParams(temperature=0, max_tokens=5, logprobs=3)
+    prompts = [random_prompt(length, seed) for seed, length in enumerate((9, 40, 77))]
+    outputs = {}
+    for mode in ("off", "on"):
+        with tiny_llm(compile__prefill_warm_up=mode, **settings) as llm:
+            assert llm.config.compile.prefill_warm_up == mode
+            outputs[mode] = llm.generate(prompts, greedy, use_tqdm=False)
+    for warmed, cold in zip(outputs["on"], outputs["off"], strict=True):
+        assert warmed["token_ids"] == cold["token_ids"]
+        for warmed_top, cold_top in zip(warmed.outputs[0].logprobs, cold.outputs[0].logprobs, strict=True):
+            assert warmed_top.keys() == cold_top.keys()
+            assert all(warmed_top[t] == pytest.approx(cold_top[t], abs=1e-5) for t in cold_top)
