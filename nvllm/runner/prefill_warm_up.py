@@ -14,8 +14,13 @@ from __future__ import annotations
 MODES = ("auto", "on", "off")
 
 # The prefill steps' token counts the warm-up runs, capped at a step's token budget; each also a token
-# shorter, odd (`prefill_warm_up_tokens`).
-PREFILL_WARM_UP_TOKENS = (8, 32, 128, 512, 2048, 8192, 32768)
+# shorter, odd (`prefill_warm_up_tokens`). Every power of two from 8: the MoE matmuls change launch shape
+# where a step's mean pairs an expert crosses a band's edge (`nvllm.ops.moe_tiles`), at powers of two of
+# its tokens wherever a model's experts are a power of two times its experts a token (Qwen3-30B-A3B's and
+# Qwen3-235B-A22B's 128 and 8), and the experts quantize their activations from a power of two of tokens
+# (`nvllm.ops.moe_ops.FP8_ACTIVATIONS_MIN_TOKENS`). The prefill graphs' capture meets some of these too,
+# but not an eager model's.
+PREFILL_WARM_UP_TOKENS = tuple(2**exponent for exponent in range(3, 16))
 
 
 def resolved_mode(mode: str, on_cuda: bool) -> str:

@@ -44,11 +44,10 @@ def test_an_unknown_warm_up_mode_is_refused():
 @pytest.mark.parametrize(
     "budget, tokens",
     [
-        # each ladder count up to the step's budget, then the budget itself; each also a token shorter
-        (16384, [7, 8, 31, 32, 127, 128, 511, 512, 2047, 2048, 8191, 8192, 16383, 16384]),
-        (1000, [7, 8, 31, 32, 127, 128, 511, 512, 999, 1000]),
-        (128, [7, 8, 31, 32, 127, 128]),
-        (40000, [7, 8, 31, 32, 127, 128, 511, 512, 2047, 2048, 8191, 8192, 32767, 32768]),
+        # each power of two from 8 up to the step's budget, then the budget itself; each also a token shorter
+        (1000, [7, 8, 15, 16, 31, 32, 63, 64, 127, 128, 255, 256, 511, 512, 999, 1000]),
+        (128, [7, 8, 15, 16, 31, 32, 63, 64, 127, 128]),
+        (40000, [n for p in range(3, 16) for n in (2**p - 1, 2**p)]),
         (5, [4, 5]),
     ],
 )
