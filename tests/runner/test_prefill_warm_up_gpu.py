@@ -29,12 +29,13 @@ FP8 = dict(quantization="fp8", cache__dtype="fp8")
 @pytest.mark.parametrize(
     "model, settings",
     [
-        ("qwen3-30b-a3b", {**FP8, "model__fp8_activations": True}),  # the 30B bench's
+        ("qwen3-30b-a3b", {**FP8, "model__fp8_activations": True}),
         ("qwen3-30b-a3b", {**FP8, "model__fp8_activations": True, "enforce_eager": True}),
         ("qwen3-30b-a3b", {}),
         ("qwen3-8b", {}),
         ("qwen3-8b", FP8),
     ],
+    ids=["30b-bench", "30b-bench-eager", "30b-bf16", "8b-bf16", "8b-fp8"],
 )
 def test_after_start_up_prefill_steps_of_any_size_compile_no_triton_kernel(model, settings):
     settings = dict(model__num_hidden_layers=1, max_num_batched_tokens=16384, max_model_len=4096, **settings)
