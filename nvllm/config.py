@@ -161,7 +161,8 @@ class CompileConfig:
     max_prefill_graph_tokens: int = 2048
     # Start-up runs a prefill step of each of a ladder of token counts, so that Triton compiles the kernels
     # a prefill's size picks then, not inside the first long prompts (`nvllm.runner.prefill_warm_up`; its
-    # time counts as compile time): auto | on | off. auto: on CUDA (the CPU runs no Triton kernel)
+    # time counts as compile time): auto | on | off. auto: where the model is compiled on CUDA (the CPU
+    # runs no Triton kernel)
     prefill_warm_up: str = "auto"
     # A file of inductor's portable cache artifacts: read before compiling when it exists, written after
     # start-up's compiles, so that a start-up with empty local inductor/Triton caches compiles warm from it

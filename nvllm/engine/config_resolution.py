@@ -198,7 +198,8 @@ def require_capability(device: str, minimum: tuple[int, int], setting: str, why:
 def resolve(config: EngineConfig) -> EngineConfig:
     """`config` validated, with every `auto` settled for this machine: the device (`cuda` when there is one),
     the attention backend (flash-attn where it can run), the dtype (bf16 on CUDA, fp32 on the CPU) and
-    whether to compile the model and the sampler and to warm up prefill (on CUDA). Resolving a resolved
+    whether to compile the model and the sampler and to warm up prefill (on CUDA, the last two where the
+    model is compiled). Resolving a resolved
     config changes nothing."""
     validate(config)
     device = config.device
@@ -227,6 +228,6 @@ def resolve(config: EngineConfig) -> EngineConfig:
             config.compile,
             enabled=enabled,
             sampler=sampler,
-            prefill_warm_up=resolved_prefill_warm_up(config.compile.prefill_warm_up, on_cuda),
+            prefill_warm_up=resolved_prefill_warm_up(config.compile.prefill_warm_up, on_cuda, enabled),
         ),
     )

@@ -10,7 +10,9 @@ tokens waited seconds on those compiles (experiments/results/2026-12-06-h100-eng
 
 from __future__ import annotations
 
-# `compile.prefill_warm_up`: auto (on CUDA), on, off
+# `compile.prefill_warm_up`: auto (where the model is compiled on CUDA), on, off. An eager model's start-up
+# stays short, as it is asked to be: its decode batches compile Triton's kernels as they come, having no
+# graphs captured at start-up, so a prefill warm-up alone would not spare its first requests those compiles.
 MODES = ("auto", "on", "off")
 
 # The prefill steps' token counts the warm-up runs, capped at a step's token budget; each also a token
@@ -23,9 +25,9 @@ MODES = ("auto", "on", "off")
 PREFILL_WARM_UP_TOKENS = tuple(2**exponent for exponent in range(3, 16))
 
 
-def resolved_mode(mode: str, on_cuda: bool) -> str:
-    """`compile.prefill_warm_up` for a device: auto is on on CUDA and off elsewhere."""
-    return ("on" if on_cuda else "off") if mode == "auto" else mode
+def resolved_mode(mode: str, on_cuda: bool, compiled: bool) -> str:
+    """`compile.prefill_warm_up` settled: auto is on where the model is `compiled` on CUDA, else off."""
+    return ("on" if on_cuda and compiled else "off") if mode == "auto" else mode
 
 
 def prefill_warm_up_tokens(max_num_batched_tokens: int) -> list[int]:

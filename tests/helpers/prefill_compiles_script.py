@@ -25,7 +25,7 @@ def prompts_of(total: int, rng: random.Random) -> list[list[int]]:
 
 
 def main(model: str, settings: dict, step_tokens: list[int]) -> None:
-    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    params = SamplingParams(max_tokens=1)  # a prefill step each, no decode step
     rng = random.Random(0)
     with triton_compiles() as at_start_up:
         llm = LLM(model, **settings)

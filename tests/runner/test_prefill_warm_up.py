@@ -17,23 +17,30 @@ from nvllm.runner.prefill_warm_up import prefill_warm_up_tokens
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
 
-def resolved_mode(mode: str, device: str) -> str:
+def resolved_mode(mode: str, device: str, compiled: bool | None = None) -> str:
     config = EngineConfig(device=device)
-    config = dataclasses.replace(config, compile=dataclasses.replace(config.compile, prefill_warm_up=mode))
+    compile_config = dataclasses.replace(config.compile, enabled=compiled, prefill_warm_up=mode)
+    config = dataclasses.replace(config, compile=compile_config)
     resolved = resolve(config)
     assert resolve(resolved) == resolved  # resolving a resolved config changes nothing
     return resolved.compile.prefill_warm_up
 
 
-@pytest.mark.parametrize("mode, expected", [("auto", "off"), ("on", "on"), ("off", "off")])
-def test_on_the_cpu_the_warm_up_runs_only_when_asked_for(mode, expected):
-    assert resolved_mode(mode, "cpu") == expected
+@pytest.mark.parametrize(
+    "mode, compiled, expected",
+    [("auto", None, "off"), ("auto", True, "off"), ("on", None, "on"), ("off", True, "off")],
+)
+def test_on_the_cpu_the_warm_up_runs_only_when_asked_for(mode, compiled, expected):
+    assert resolved_mode(mode, "cpu", compiled) == expected
 
 
-def test_auto_warms_up_on_cuda(monkeypatch):
+@pytest.mark.parametrize(
+    "mode, compiled, expected",
+    [("auto", None, "on"), ("auto", False, "off"), ("on", False, "on"), ("off", None, "off")],
+)
+def test_auto_warms_up_where_the_model_is_compiled_on_cuda(monkeypatch, mode, compiled, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolved_mode("auto", "cuda") == "on"
-    assert resolved_mode("off", "cuda") == "off"
+    assert resolved_mode(mode, "cuda", compiled) == expected
 
 
 def test_an_unknown_warm_up_mode_is_refused():
