@@ -160,8 +160,7 @@ class ModelRunner:
             layer.k_cache = layer.v_cache = scratch.to(self.device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        budget_tokens = self.config.scheduler.max_num_batched_tokens
-        self.forward(dummy_step(self.backend, budget_tokens, blocks_for(budget_tokens, scratch.shape[1])))
+        self.forward(self._dummy_prefill(self.config.scheduler.max_num_batched_tokens))
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
         total = torch.cuda.get_device_properties(self.device).total_memory
@@ -206,15 +205,19 @@ class ModelRunner:
     def warm_up_prefill(self) -> None:
         """Run a prefill step of each of `prefill_warm_up_tokens` through the model as a prefill the graphs
         do not hold runs (see `nvllm.runner.prefill_warm_up`): its time counts as compile time. The steps
-        write no KV and attend within block 0 (sequences of at most a block each), so the cache's contents
-        stay as they were; every rank runs the same steps."""
+        write no KV (`_dummy_prefill`), so the cache's contents stay as they were; every rank runs the same
+        steps."""
         start = time.perf_counter()
-        block_size = self.config.cache.block_size
         for tokens in prefill_warm_up_tokens(self.config.scheduler.max_num_batched_tokens):
-            self._run_model(dummy_step(self.backend, tokens, blocks_for(tokens, block_size)))
+            self._run_model(self._dummy_prefill(tokens))
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
         self.timings["compile_s"] += time.perf_counter() - start
+
+    def _dummy_prefill(self, num_tokens: int) -> StepInputs:
+        """A prefill step of `num_tokens` tokens that writes no KV, in sequences of at most a block each, so
+        that each attends within block 0 alone: the memory profile runs one over a cache of a single block."""
+        return dummy_step(self.backend, num_tokens, blocks_for(num_tokens, self.config.cache.block_size))
 
     def _make_sampler(self) -> Sampler:
         """The sampler, its graphs (where `compile.sampler` says) or its race kernels (`compile.race_kernel`,
