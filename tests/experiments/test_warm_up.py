@@ -3,8 +3,6 @@ engine start-up's, `tests/runner/test_prefill_warm_up.py`)."""
 
 from __future__ import annotations
 
-import pytest
-
 from experiments.harness.engine import warm_up
 
 
@@ -18,8 +16,7 @@ class RecordingLLM:
         self.calls.append((prompts, params.max_tokens, params.ignore_eos))
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
-def test_the_warm_up_is_one_short_request_as_nano_vllms_bench_has(device):
+def test_the_warm_up_is_one_short_request_as_nano_vllms_bench_has():
     llm = RecordingLLM()
     warm_up(llm)
     assert llm.calls == [([[0] * 8], 2, True)]
