@@ -199,8 +199,7 @@ def resolve(config: EngineConfig) -> EngineConfig:
     """`config` validated, with every `auto` settled for this machine: the device (`cuda` when there is one),
     the attention backend (flash-attn where it can run), the dtype (bf16 on CUDA, fp32 on the CPU) and
     whether to compile the model and the sampler and to warm up prefill (on CUDA, the last two where the
-    model is compiled). Resolving a resolved
-    config changes nothing."""
+    model is compiled). Resolving a resolved config changes nothing."""
     validate(config)
     device = config.device
     if device == "auto":

@@ -17,7 +17,7 @@ from nvllm.runner.prefill_warm_up import prefill_warm_up_tokens
 from tests.helpers.engine_utils import random_prompt, tiny_llm
 
 
-def resolved_mode(mode: str, device: str, compiled: bool | None = None) -> str:
+def resolved_warm_up(mode: str, device: str, compiled: bool | None = None) -> str:
     config = EngineConfig(device=device)
     compile_config = dataclasses.replace(config.compile, enabled=compiled, prefill_warm_up=mode)
     config = dataclasses.replace(config, compile=compile_config)
@@ -31,7 +31,7 @@ def resolved_mode(mode: str, device: str, compiled: bool | None = None) -> str:
     [("auto", None, "off"), ("auto", True, "off"), ("on", None, "on"), ("off", True, "off")],
 )
 def test_on_the_cpu_the_warm_up_runs_only_when_asked_for(mode, compiled, expected):
-    assert resolved_mode(mode, "cpu", compiled) == expected
+    assert resolved_warm_up(mode, "cpu", compiled) == expected
 
 
 @pytest.mark.parametrize(
@@ -40,12 +40,12 @@ def test_on_the_cpu_the_warm_up_runs_only_when_asked_for(mode, compiled, expecte
 )
 def test_auto_warms_up_where_the_model_is_compiled_on_cuda(monkeypatch, mode, compiled, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolved_mode(mode, "cuda", compiled) == expected
+    assert resolved_warm_up(mode, "cuda", compiled) == expected
 
 
 def test_an_unknown_warm_up_mode_is_refused():
     with pytest.raises(ValueError, match="compile.prefill_warm_up='always' must be auto, on or off"):
-        resolved_mode("always", "cpu")
+        resolved_warm_up("always", "cpu")
 
 
 @pytest.mark.parametrize(
